@@ -1,0 +1,124 @@
+"""What the gateway asks of an engine, in plain types (no vLLM import).
+
+The real engine (``engine_worker.engine.VLLMEngine``) and the HTTP tests' fake
+engine both implement ``Engine``; the gateway only ever sees these types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from engine_worker.dlfp_config import DLFPConfig
+
+
+class EngineDeadError(RuntimeError):
+    """The engine core process died or was shut down."""
+
+
+class EngineNotReadyError(RuntimeError):
+    """The engine is still loading."""
+
+
+class InvalidRequestError(ValueError):
+    """The engine refused a request as invalid (maps to 400)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """The sampling knobs the OpenAI API exposes, engine-neutral."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    n: int = 1
+    logprobs: int | None = None
+    """None = no logprobs; k >= 0 = the chosen token plus the top k alternatives."""
+    ignore_eos: bool = False
+    json_schema: dict[str, Any] | None = None
+    json_object: bool = False
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass
+class ChoiceDelta:
+    """New output of one choice since the previous chunk."""
+
+    index: int
+    text: str
+    token_ids: list[int]
+    logprobs: list[TokenLogprob] | None = None
+    finish_reason: str | None = None
+
+
+@dataclass
+class GenerationChunk:
+    """One engine output: new tokens of one or more choices."""
+
+    choices: list[ChoiceDelta]
+    num_prompt_tokens: int
+    finished: bool
+    num_cached_tokens: int = 0
+
+
+@dataclass
+class EngineInfo:
+    model_name: str
+    max_model_len: int
+    device: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Engine(Protocol):
+    """The engine as the gateway uses it."""
+
+    info: EngineInfo
+
+    @property
+    def is_ready(self) -> bool: ...
+
+    @property
+    def is_dead(self) -> bool: ...
+
+    async def start(self) -> None: ...
+
+    async def shutdown(self) -> None: ...
+
+    def render_chat(self, messages: list[dict[str, Any]]) -> list[int]: ...
+
+    def tokenize(self, text: str) -> list[int]: ...
+
+    async def submit(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        options: SamplingOptions,
+        priority: int = 0,
+    ) -> AsyncIterator[GenerationChunk]:
+        """Validate and enqueue; raises InvalidRequestError before anything streams."""
+        ...
+
+    async def abort(self, request_id: str) -> None: ...
+
+    async def num_running_requests(self) -> int: ...
+
+    async def get_dlfp_state(self) -> dict[str, Any]: ...
+
+    async def apply_dlfp_config(self, config: DLFPConfig) -> dict[str, Any]: ...
+
+    async def get_dlfp_steps(self, since_step: int) -> list[dict[str, Any]]: ...

@@ -1,0 +1,309 @@
+"""The real engine: vLLM's ``AsyncLLM`` running the DLFP scheduler.
+
+``AsyncLLM`` keeps its engine core (and so the scheduler) in a process of its
+own; this module builds it, turns OpenAI-level options into ``SamplingParams``,
+streams ``RequestOutput`` deltas back as plain ``GenerationChunk`` objects, and
+reaches the scheduler through ``engine_worker.channel``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine_worker.api import (
+    ChoiceDelta,
+    EngineDeadError,
+    EngineInfo,
+    EngineNotReadyError,
+    GenerationChunk,
+    InvalidRequestError,
+    SamplingOptions,
+    TokenLogprob,
+)
+from engine_worker.dlfp_config import Device, DLFPConfig
+
+logger = logging.getLogger("dlfp.engine")
+
+SCHEDULER_SYNC = "engine_worker.scheduler.DLFPScheduler"
+SCHEDULER_ASYNC = "engine_worker.scheduler.DLFPAsyncScheduler"
+
+
+def detect_device() -> Device:
+    """CUDA if torch sees a GPU, otherwise CPU."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@dataclass
+class EngineSpec:
+    """Everything needed to build the engine, resolved from the gateway settings."""
+
+    model: str
+    """Local model directory; empty = the embedded model (converted on first use)."""
+    served_model_name: str
+    device: Device
+    max_model_len: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    dtype: str
+    dlfp: DLFPConfig
+    kv_cache_gib: float = 2.0
+    engine_args: dict[str, str] = field(default_factory=dict)
+    model_cache_dir: Path | None = None
+    use_dlfp_scheduler: bool = True
+    stat_loggers: list[Callable[..., Any]] = field(default_factory=list)
+
+
+def _engine_args(spec: EngineSpec) -> Any:
+    """``AsyncEngineArgs`` from the spec; pass-through args are parsed by vLLM's own CLI."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    argv = [
+        "--model", spec.model,
+        "--served-model-name", spec.served_model_name,
+        "--max-model-len", str(spec.max_model_len),
+        "--max-num-batched-tokens", str(spec.max_num_batched_tokens),
+        "--max-num-seqs", str(spec.max_num_seqs),
+        "--dtype", spec.dtype,
+    ]  # fmt: skip
+    if spec.device == "cpu":
+        argv.append("--enforce-eager")
+    for name, value in spec.engine_args.items():
+        flag = "--" + name.replace("_", "-")
+        if value.lower() in ("true", "false"):
+            argv.append(flag if value.lower() == "true" else "--no-" + flag[2:])
+        else:
+            argv += [flag, value]
+    parser = AsyncEngineArgs.add_cli_args(FlexibleArgumentParser())
+    try:
+        args = AsyncEngineArgs.from_cli_args(parser.parse_args(argv))
+    except SystemExit as exc:  # argparse exits on a bad option: make it an error
+        raise ValueError(f"invalid engine arguments: {spec.engine_args}") from exc
+    extra = dict(args.additional_config or {})
+    extra["dlfp"] = spec.dlfp.model_dump(mode="json")
+    args.additional_config = extra
+    args.disable_log_stats = False
+    return args
+
+
+def _sampling_params(options: SamplingOptions) -> Any:
+    from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOutputsParams
+
+    structured = None
+    if options.json_schema is not None:
+        structured = StructuredOutputsParams(json=options.json_schema)
+    elif options.json_object:
+        structured = StructuredOutputsParams(json_object=True)
+    return SamplingParams(
+        n=options.n,
+        max_tokens=options.max_tokens,
+        temperature=options.temperature,
+        top_p=options.top_p,
+        seed=options.seed,
+        stop=list(options.stop) or None,
+        presence_penalty=options.presence_penalty,
+        frequency_penalty=options.frequency_penalty,
+        logprobs=options.logprobs,
+        ignore_eos=options.ignore_eos,
+        structured_outputs=structured,
+        output_kind=RequestOutputKind.DELTA,
+    )
+
+
+def _logprobs(token_ids: list[int], entries: Any) -> list[TokenLogprob] | None:
+    if entries is None:
+        return None
+    out = []
+    for token_id, by_id in zip(token_ids, entries, strict=False):
+        chosen = by_id[token_id]
+        top = sorted(by_id.values(), key=lambda lp: lp.rank or 0)
+        out.append(
+            TokenLogprob(
+                token=chosen.decoded_token or "",
+                logprob=float(chosen.logprob),
+                top=tuple((lp.decoded_token or "", float(lp.logprob)) for lp in top),
+            )
+        )
+    return out
+
+
+def _chunk(output: Any) -> GenerationChunk:
+    choices = [
+        ChoiceDelta(
+            index=c.index,
+            text=c.text,
+            token_ids=list(c.token_ids),
+            logprobs=_logprobs(list(c.token_ids), c.logprobs),
+            finish_reason=c.finish_reason if c.finished() else None,
+        )
+        for c in output.outputs
+    ]
+    return GenerationChunk(
+        choices=choices,
+        num_prompt_tokens=len(output.prompt_token_ids or ()),
+        finished=bool(output.finished),
+        num_cached_tokens=int(output.num_cached_tokens or 0),
+    )
+
+
+class VLLMEngine:
+    """``AsyncLLM`` with the DLFP scheduler, behind the gateway's ``Engine`` protocol."""
+
+    def __init__(self, spec: EngineSpec) -> None:
+        self.spec = spec
+        self.info = EngineInfo(spec.served_model_name, spec.max_model_len, spec.device)
+        self._llm: Any = None
+        self._tokenizer: Any = None
+        self._channel: Any = None
+        self._closed = False
+
+    @property
+    def is_ready(self) -> bool:
+        return self._llm is not None and not self.is_dead
+
+    @property
+    def is_dead(self) -> bool:
+        return self._closed or (self._llm is not None and bool(self._llm.errored))
+
+    async def start(self) -> None:
+        """Build the engine in a worker thread: the event loop keeps serving /health."""
+        llm = await asyncio.to_thread(self._build)
+        self._tokenizer = llm.get_tokenizer()
+        self._llm = llm
+        if self.spec.use_dlfp_scheduler:
+            from engine_worker.channel import DLFPChannel
+
+            self._channel = DLFPChannel(self._llm)
+        logger.info("engine ready", extra={"event": "engine_ready", "model": self.info.model_name})
+
+    def _build(self) -> Any:
+        from vllm.usage.usage_lib import UsageContext
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        if not self.spec.model:
+            from engine_worker.embedded_model import ensure_embedded_model
+
+            self.spec.model = str(ensure_embedded_model(self.spec.model_cache_dir))
+        if self.spec.device == "cpu":
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{self.spec.kv_cache_gib:g}")
+        args = _engine_args(self.spec)
+        context = UsageContext.OPENAI_API_SERVER
+        vllm_config = args.create_engine_config(usage_context=context)
+        if self.spec.use_dlfp_scheduler:
+            # NOTE: the platform has the last word on async scheduling (CPU forces it
+            # off), so the subclass is picked from the resolved config, not the args.
+            is_async = bool(vllm_config.scheduler_config.async_scheduling)
+            vllm_config.scheduler_config.scheduler_cls = (
+                SCHEDULER_ASYNC if is_async else SCHEDULER_SYNC
+            )
+        self.info.extra["async_scheduling"] = bool(vllm_config.scheduler_config.async_scheduling)
+        llm = AsyncLLM.from_vllm_config(
+            vllm_config=vllm_config,
+            usage_context=context,
+            stat_loggers=self.spec.stat_loggers or None,
+            disable_log_stats=False,
+        )
+        if self._closed:
+            # NOTE: shutdown() was called while this thread was still building: the
+            # engine-core process exists now and nobody else will stop it.
+            llm.shutdown()
+            raise EngineDeadError("the engine was shut down while starting")
+        return llm
+
+    async def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._llm is not None:
+            await asyncio.to_thread(self._llm.shutdown)
+            logger.info("engine stopped", extra={"event": "engine_stopped"})
+
+    def _require(self) -> Any:
+        if self.is_dead:
+            raise EngineDeadError("the engine is not running")
+        if self._llm is None:
+            raise EngineNotReadyError("the engine is still loading")
+        return self._llm
+
+    def render_chat(self, messages: list[dict[str, Any]]) -> list[int]:
+        self._require()
+        text = self._tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False
+        )
+        return list(self._tokenizer.encode(text, add_special_tokens=False))
+
+    def tokenize(self, text: str) -> list[int]:
+        self._require()
+        return list(self._tokenizer.encode(text))
+
+    async def submit(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        options: SamplingOptions,
+        priority: int = 0,
+    ) -> AsyncIterator[GenerationChunk]:
+        from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDead
+
+        llm = self._require()
+        try:
+            params = _sampling_params(options)
+            collector = await llm.add_request(
+                request_id, {"prompt_token_ids": prompt_token_ids}, params, priority=priority
+            )
+        except VLLMEngineDead as exc:
+            raise EngineDeadError(str(exc)) from exc
+        except (ValueError, TypeError) as exc:
+            raise InvalidRequestError(str(exc)) from exc
+        return self._stream(collector)
+
+    async def _stream(self, collector: Any) -> AsyncIterator[GenerationChunk]:
+        from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDead
+
+        finished = False
+        try:
+            while not finished:
+                output = collector.get_nowait() or await collector.get()
+                finished = bool(output.finished)
+                yield _chunk(output)
+        except VLLMEngineDead as exc:
+            raise EngineDeadError(str(exc)) from exc
+        finally:
+            collector.close()
+            if not finished and not self.is_dead:
+                # The consumer left early (client disconnect): free the engine's slot.
+                await self._llm.abort(collector.request_id, internal=True)
+
+    async def abort(self, request_id: str) -> None:
+        if self._llm is not None and not self.is_dead:
+            await self._llm.abort(request_id)
+
+    async def num_running_requests(self) -> int:
+        return 0 if self._llm is None else int(self._llm.get_num_unfinished_requests())
+
+    def _dlfp(self) -> Any:
+        self._require()
+        if self._channel is None:
+            raise InvalidRequestError("this engine runs vLLM's own scheduler, not DLFP")
+        return self._channel
+
+    async def get_dlfp_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = await self._dlfp().get_state()
+        return state
+
+    async def apply_dlfp_config(self, config: DLFPConfig) -> dict[str, Any]:
+        state: dict[str, Any] = await self._dlfp().apply_config(config)
+        return state
+
+    async def get_dlfp_steps(self, since_step: int) -> list[dict[str, Any]]:
+        steps: list[dict[str, Any]] = await self._dlfp().get_steps(since_step)
+        return steps
+

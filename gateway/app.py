@@ -1,0 +1,71 @@
+"""``create_app(settings, engine)``: the FastAPI application and its lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from engine_worker.api import Engine
+from engine_worker.dlfp_config import DLFPConfig
+from gateway.errors import install_error_handlers
+from gateway.metrics import GatewayMetrics, build_metrics
+from gateway.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
+from gateway.routes import health, openai
+from gateway.settings import Settings
+from gateway.state import GatewayState
+
+logger = logging.getLogger("dlfp.gateway")
+
+
+async def _start_engine(state: GatewayState) -> None:
+    try:
+        await state.engine.start()
+    except Exception as exc:  # a failed start must show in /ready, not kill the server
+        state.engine_error = f"{type(exc).__name__}: {exc}"
+        logger.exception("engine failed to start", extra={"event": "engine_start_failed"})
+
+
+def create_app(
+    settings: Settings,
+    engine: Engine,
+    dlfp: DLFPConfig | None = None,
+    metrics: GatewayMetrics | None = None,
+) -> FastAPI:
+    """The gateway: starts ``engine`` in the background and stops it with the app."""
+    state = GatewayState(
+        settings=settings,
+        engine=engine,
+        metrics=metrics or build_metrics(),
+        dlfp=dlfp or settings.dlfp_config("cpu"),
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        starter = asyncio.create_task(_start_engine(state))
+        app.state.engine_starter = starter
+        try:
+            yield
+        finally:
+            starter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starter
+            await engine.shutdown()
+
+    app = FastAPI(
+        title="DLFP Gateway",
+        summary="OpenAI-compatible gateway with admission control and DLFP prefill capping",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.gateway = state
+    install_error_handlers(app)
+    app.include_router(health.router)
+    app.include_router(openai.router)
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestContextMiddleware, metrics=state.metrics)
+    return app

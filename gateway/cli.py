@@ -1,0 +1,93 @@
+"""``dlfp-gateway``: ``serve`` the gateway (and, from bench/, ``bench`` an endpoint).
+
+Every ``serve`` option is a field of ``gateway.settings.Settings``; an option
+given on the command line wins over its ``DLFP_*`` variable and ``.env``, and
+an option not given leaves them alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from pydantic import ValidationError
+
+from gateway.settings import Settings
+
+_ENV_ONLY = {"engine_args"}
+
+
+def _add_settings_options(parser: argparse.ArgumentParser) -> None:
+    for name, field in Settings.model_fields.items():
+        if name in _ENV_ONLY:
+            continue
+        flag = "--" + name.replace("_", "-")
+        env = f"DLFP_{name.upper()}"
+        default = field.get_default(call_default_factory=True)
+        help_text = f"{field.description or ''} [env {env}; default {default}]"
+        parser.add_argument(flag, dest=name, default=argparse.SUPPRESS, help=help_text)
+    parser.add_argument(
+        "--engine-arg",
+        dest="engine_arg",
+        action="append",
+        default=argparse.SUPPRESS,
+        metavar="NAME=VALUE",
+        help="Any other vLLM engine argument, e.g. tensor_parallel_size=2 (repeatable) "
+        "[env DLFP_ENGINE_ARGS as a JSON object]",
+    )
+
+
+def _settings_from(args: argparse.Namespace) -> Settings:
+    given: dict[str, Any] = {k: v for k, v in vars(args).items() if k in Settings.model_fields}
+    pairs = getattr(args, "engine_arg", None)
+    if pairs:
+        engine_args = {}
+        for pair in pairs:
+            name, sep, value = pair.partition("=")
+            if not sep or not name:
+                raise SystemExit(f"--engine-arg expects NAME=VALUE, got {pair!r}")
+            engine_args[name.strip()] = value
+        given["engine_args"] = engine_args
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        raise SystemExit(f"invalid settings:\n{exc}") from exc
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dlfp-gateway",
+        description="OpenAI-compatible LLM gateway over vLLM with DLFP prefill capping.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser(
+        "serve",
+        help="serve the OpenAI-compatible API",
+        description="Serve the OpenAI-compatible API. Each option also reads its DLFP_* "
+        "environment variable or a .env file.",
+    )
+    _add_settings_options(serve)
+    try:
+        from bench.cli import add_bench_parser
+    except ImportError:
+        pass
+    else:
+        add_bench_parser(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        from gateway.server import serve
+
+        return serve(_settings_from(args))
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        raise SystemExit(f"unknown command {args.command}")
+    return int(handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""FastAPI dependencies: the shared state, the engine, and the access checks."""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from engine_worker.api import Engine
+from gateway.errors import APIError
+from gateway.state import GatewayState
+
+
+def get_gateway(request: Request) -> GatewayState:
+    state: GatewayState = request.app.state.gateway
+    return state
+
+
+def get_engine(request: Request) -> Engine:
+    return get_gateway(request).engine
+
+
+GatewayDep = Annotated[GatewayState, Depends(get_gateway)]
+EngineDep = Annotated[Engine, Depends(get_engine)]
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def _is_loopback(request: Request) -> bool:
+    host = request.client.host if request.client else ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host in ("localhost", "testclient")
+
+
+def require_api_key(request: Request) -> None:
+    """``DLFP_API_KEYS`` protects /v1/*; with none configured it is open."""
+    keys = get_gateway(request).settings.api_key_set()
+    if not keys:
+        return
+    token = _bearer(request)
+    if token is None or not any(hmac.compare_digest(token, key) for key in keys):
+        raise APIError(401, "a valid API key is required (Authorization: Bearer ...)",
+                       code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+
+
+def require_admin(request: Request) -> str:
+    """Returns who is asking (token id or address), for the change log."""
+    secret = get_gateway(request).settings.admin_token
+    if secret is None:
+        if _is_loopback(request):
+            return f"loopback:{request.client.host if request.client else '?'}"
+        raise APIError(403, "admin is open to loopback only: set DLFP_ADMIN_TOKEN",
+                       code="forbidden")  # fmt: skip
+    token = _bearer(request)
+    if token is None:
+        raise APIError(401, "admin requires Authorization: Bearer <DLFP_ADMIN_TOKEN>",
+                       code="unauthorized", headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+    if not hmac.compare_digest(token, secret.get_secret_value()):
+        raise APIError(403, "wrong admin token", code="forbidden")
+    return "admin-token"
+
+
+AuthorizedV1 = Depends(require_api_key)
+AdminDep = Annotated[str, Depends(require_admin)]

@@ -1,0 +1,51 @@
+"""The one gateway module that reaches the vLLM engine (``engine_worker.engine``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from engine_worker.api import Engine
+from engine_worker.dlfp_config import Device, DLFPConfig
+from gateway.settings import Settings
+
+EMBEDDED_MODEL_NAME = "smollm2-135m-instruct"
+
+
+def resolve_device(settings: Settings) -> Device:
+    if settings.device != "auto":
+        return settings.device
+    from engine_worker.engine import detect_device
+
+    return detect_device()
+
+
+def build_engine(
+    settings: Settings,
+    device: Device,
+    dlfp: DLFPConfig,
+    stat_loggers: list[Callable[..., Any]] | None = None,
+) -> Engine:
+    """The real engine for these settings; the model is resolved when it starts."""
+    from engine_worker.engine import EngineSpec, VLLMEngine
+
+    served = settings.served_model_name or (
+        Path(settings.model).name if settings.model else EMBEDDED_MODEL_NAME
+    )
+    spec = EngineSpec(
+        model=settings.model or "",
+        served_model_name=served,
+        device=device,
+        max_model_len=settings.max_model_len,
+        max_num_batched_tokens=settings.max_num_batched_tokens
+        or (8192 if device == "cuda" else 2048),
+        max_num_seqs=settings.max_num_seqs,
+        dtype=settings.dtype,
+        dlfp=dlfp,
+        kv_cache_gib=settings.kv_cache_gib,
+        engine_args=dict(settings.engine_args),
+        model_cache_dir=settings.model_cache_dir,
+        stat_loggers=list(stat_loggers or []),
+    )
+    return VLLMEngine(spec)

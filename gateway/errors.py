@@ -1,0 +1,132 @@
+"""Errors in OpenAI's body (``{"error": {"message", "type", "param", "code"}}``) and their handlers.
+
+Routes and services raise ``APIError`` (or a domain error mapped here); one set
+of exception handlers turns every failure into the OpenAI body with the right
+status, so no input can reach a bare 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from engine_worker.api import EngineDeadError, EngineNotReadyError, InvalidRequestError
+
+logger = logging.getLogger("dlfp.http")
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "service_unavailable",
+}
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+class APIError(Exception):
+    """An error the client should see, with its HTTP status."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        detail = ErrorDetail(
+            message=self.message,
+            type=_TYPES.get(self.status, "server_error" if self.status >= 500 else "invalid_request_error"),
+            param=self.param,
+            code=self.code,
+        )
+        return ErrorResponse(error=detail).model_dump()
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def engine_unavailable(message: str = "the engine is not available") -> APIError:
+    return APIError(503, message, code="engine_unavailable", headers={"Retry-After": "5"})
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    errors = exc.errors()
+    if not errors:
+        return "invalid request", None
+    first = errors[0]
+    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+    param = ".".join(loc) or None
+    if first.get("type") == "json_invalid":
+        return "the request body is not valid JSON", None
+    prefix = f"{param}: " if param else ""
+    return f"{prefix}{first.get('msg', 'invalid value')}", param
+
+
+def install_error_handlers(app: FastAPI, validation_status: int = 400) -> None:
+    """OpenAI's conventions: schema violations are 400, not FastAPI's 422."""
+
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param = _validation_message(exc)
+        # /admin/* is our own API: there a schema violation is 422.
+        status = 422 if request.url.path.startswith("/admin/") else validation_status
+        return APIError(status, message, param=param, code="invalid_value").response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = exc.detail if isinstance(exc.detail, str) else "request failed"
+        return APIError(exc.status_code, message, headers=dict(exc.headers or {})).response()
+
+    @app.exception_handler(InvalidRequestError)
+    async def _invalid(_: Request, exc: InvalidRequestError) -> JSONResponse:
+        return APIError(400, str(exc), param=exc.param).response()
+
+    @app.exception_handler(EngineDeadError)
+    async def _dead(_: Request, exc: EngineDeadError) -> JSONResponse:
+        return engine_unavailable(f"the engine is down: {exc}").response()
+
+    @app.exception_handler(EngineNotReadyError)
+    async def _not_ready(_: Request, exc: EngineNotReadyError) -> JSONResponse:
+        return engine_unavailable(str(exc)).response()
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        logger.exception(
+            "unhandled error", extra={"event": "unhandled_error", "path": request.url.path}
+        )
+        return APIError(500, "internal error", code="internal_error").response()

@@ -1,0 +1,36 @@
+"""Liveness, readiness and the Prometheus exposition."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from gateway.deps import GatewayDep
+
+router = APIRouter()
+
+
+@router.get("/health")
+async def health() -> dict[str, str]:
+    """Liveness: the process answers. Says nothing about the engine."""
+    return {"status": "ok"}
+
+
+@router.get("/ready", responses={503: {"description": "not serving"}})
+async def ready(gateway: GatewayDep) -> JSONResponse:
+    """200 only while the engine serves and the gateway admits requests."""
+    if gateway.is_ready:
+        return JSONResponse({"status": "ready"})
+    if gateway.draining:
+        reason = "draining"
+    elif gateway.engine.is_dead or gateway.engine_error:
+        reason = f"engine failed: {gateway.engine_error or 'engine core died'}"
+    else:
+        reason = "engine loading"
+    return JSONResponse({"status": "unavailable", "reason": reason}, status_code=503)
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(gateway: GatewayDep) -> Response:
+    return Response(gateway.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,116 @@
+"""A FAKE engine for quick HTTP-layer tests: no vLLM, no model.
+
+It "generates" by cycling through a fixed word list, one token per chunk, so
+the HTTP layer's streaming, errors and metrics can be tested in milliseconds.
+Nothing here stands in for the real engine's behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from engine_worker.api import (
+    ChoiceDelta,
+    EngineDeadError,
+    EngineInfo,
+    GenerationChunk,
+    InvalidRequestError,
+    SamplingOptions,
+    TokenLogprob,
+)
+from engine_worker.dlfp_config import DLFPConfig
+
+WORDS = ["fake", " token", " stream", " from", " the", " fake", " engine", "."]
+
+
+class FakeEngine:
+    """Implements ``engine_worker.api.Engine`` with canned output."""
+
+    def __init__(self, model_name: str = "fake-model", max_model_len: int = 256,
+                 delay_s: float = 0.0, ready: bool = True) -> None:  # fmt: skip
+        self.info = EngineInfo(model_name, max_model_len, "fake")
+        self.delay_s = delay_s
+        self._ready = ready
+        self._dead = False
+        self.running: set[str] = set()
+        self.aborted: list[str] = []
+        self.submitted: list[tuple[str, list[int], SamplingOptions, int]] = []
+        self.fail_after_tokens: int | None = None
+        self.dlfp_config = DLFPConfig()
+
+    @property
+    def is_ready(self) -> bool:
+        return self._ready and not self._dead
+
+    @property
+    def is_dead(self) -> bool:
+        return self._dead
+
+    def kill(self) -> None:
+        self._dead = True
+
+    async def start(self) -> None:
+        self._ready = True
+
+    async def shutdown(self) -> None:
+        self._ready = False
+
+    def render_chat(self, messages: list[dict[str, Any]]) -> list[int]:
+        text = "".join(f"<{m['role']}>{m['content']}" for m in messages)
+        return self.tokenize(text)
+
+    def tokenize(self, text: str) -> list[int]:
+        return [ord(ch) % 1000 for ch in text]
+
+    async def submit(self, request_id: str, prompt_token_ids: list[int],
+                     options: SamplingOptions, priority: int = 0) -> AsyncIterator[GenerationChunk]:  # fmt: skip
+        if self._dead:
+            raise EngineDeadError("fake engine is dead")
+        if any(t >= 1000 for t in prompt_token_ids):
+            raise InvalidRequestError("token id out of vocabulary", param="prompt")
+        self.submitted.append((request_id, prompt_token_ids, options, priority))
+        self.running.add(request_id)
+        return self._stream(request_id, len(prompt_token_ids), options)
+
+    async def _stream(self, request_id: str, num_prompt: int,
+                      options: SamplingOptions) -> AsyncIterator[GenerationChunk]:  # fmt: skip
+        finished = False
+        try:
+            for i in range(options.max_tokens):
+                await asyncio.sleep(self.delay_s)
+                if self._dead or (self.fail_after_tokens is not None and i >= self.fail_after_tokens):
+                    raise EngineDeadError("fake engine died")
+                last = i == options.max_tokens - 1
+                word = WORDS[i % len(WORDS)]
+                choices = [
+                    ChoiceDelta(
+                        index=k, text=word, token_ids=[i],
+                        logprobs=None if options.logprobs is None else [TokenLogprob(word, -0.5, ((word, -0.5),))],
+                        finish_reason="length" if last else None,
+                    )
+                    for k in range(options.n)
+                ]  # fmt: skip
+                finished = last
+                yield GenerationChunk(choices=choices, num_prompt_tokens=num_prompt, finished=last)
+        finally:
+            self.running.discard(request_id)
+            if not finished:
+                self.aborted.append(request_id)
+
+    async def abort(self, request_id: str) -> None:
+        self.running.discard(request_id)
+
+    async def num_running_requests(self) -> int:
+        return len(self.running)
+
+    async def get_dlfp_state(self) -> dict[str, Any]:
+        return {"cap_tokens": self.dlfp_config.initial_cap_tokens, "num_updates": 0}
+
+    async def apply_dlfp_config(self, config: DLFPConfig) -> dict[str, Any]:
+        self.dlfp_config = config
+        return await self.get_dlfp_state()
+
+    async def get_dlfp_steps(self, since_step: int) -> list[dict[str, Any]]:
+        return []
