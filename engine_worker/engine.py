@@ -99,9 +99,10 @@ def _sampling_params(options: SamplingOptions) -> Any:
 
     structured = None
     if options.json_schema is not None:
-        structured = StructuredOutputsParams(json=options.json_schema)
+        # Compact JSON: a grammar that allows any whitespace lets a model pad forever.
+        structured = StructuredOutputsParams(json=options.json_schema, disable_any_whitespace=True)
     elif options.json_object:
-        structured = StructuredOutputsParams(json_object=True)
+        structured = StructuredOutputsParams(json_object=True, disable_any_whitespace=True)
     return SamplingParams(
         n=options.n,
         max_tokens=options.max_tokens,
@@ -222,8 +223,11 @@ class VLLMEngine:
         if self._closed:
             return
         self._closed = True
-        if self._llm is not None:
-            await asyncio.to_thread(self._llm.shutdown)
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            await asyncio.to_thread(llm.shutdown)
+            # Drop the last reference now: AsyncLLM.__del__ at interpreter exit fails noisily.
+            del llm
             logger.info("engine stopped", extra={"event": "engine_stopped"})
 
     def _require(self) -> Any:

@@ -15,9 +15,10 @@ from engine_worker.dlfp_config import DLFPConfig
 from gateway.errors import install_error_handlers
 from gateway.metrics import GatewayMetrics, build_metrics
 from gateway.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
-from gateway.routes import health, openai
+from gateway.routes import admin, health, openai
 from gateway.settings import Settings
 from gateway.state import GatewayState
+from gateway.telemetry import poll_controller
 
 logger = logging.getLogger("dlfp.gateway")
 
@@ -47,13 +48,16 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         starter = asyncio.create_task(_start_engine(state))
+        poller = asyncio.create_task(poll_controller(state))
         app.state.engine_starter = starter
+        state.metrics.controller_target.set(state.dlfp.target_ms / 1000)
         try:
             yield
         finally:
-            starter.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await starter
+            for task in (poller, starter):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await engine.shutdown()
 
     app = FastAPI(
@@ -66,6 +70,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(openai.router)
+    app.include_router(admin.router)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestContextMiddleware, metrics=state.metrics)
     return app

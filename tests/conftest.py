@@ -1,0 +1,120 @@
+"""Shared fixtures. The real-engine tier shares ONE gateway (one vLLM engine) per session.
+
+The session gateway is the real ``dlfp-gateway serve`` in a subprocess, on the
+tiny random model the tests make themselves, in float32 (so greedy outputs are
+exactly reproducible across chunk sizes).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.tiny_model import make_tiny_model
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "tests" / "artifacts"
+TINY_MODEL_NAME = "tiny-qwen3"
+ADMIN_TOKEN = "test-admin-token"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Quick tier first, then the real-engine tier (so a quick failure shows fast)."""
+    items.sort(key=lambda item: item.get_closest_marker("engine") is not None)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    base_url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    model_name: str
+
+    def client(self, timeout: float = 120.0, **kwargs: object) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, timeout=timeout, **kwargs)  # type: ignore[arg-type]
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def start_server(
+    name: str, env_overrides: dict[str, str], ready_timeout_s: float = 600.0
+) -> Server:
+    """``python -m gateway serve`` on a free port; waits for /ready."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    env = {**os.environ, "DLFP_HOST": "127.0.0.1", "DLFP_PORT": str(port),
+           "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **env_overrides}  # fmt: skip
+    log_path = ARTIFACTS / f"{name}.log"
+    log = log_path.open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve"], cwd=ROOT, env=env,
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    server = Server(f"http://127.0.0.1:{port}", process, log_path, env.get("DLFP_SERVED_MODEL_NAME", ""))
+    deadline = time.monotonic() + ready_timeout_s
+    with httpx.Client(timeout=5.0) as client:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"gateway exited with {process.returncode}:\n{server.log()[-4000:]}")
+            try:
+                if client.get(server.base_url + "/ready").status_code == 200:
+                    return server
+            except httpx.TransportError:
+                pass
+            time.sleep(1.0)
+    stop_server(server)
+    raise RuntimeError(f"gateway not ready after {ready_timeout_s} s:\n{server.log()[-4000:]}")
+
+
+def stop_server(server: Server, timeout_s: float = 120.0) -> int:
+    if server.process.poll() is None:
+        server.process.send_signal(signal.SIGTERM)
+        try:
+            server.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.process.pid, signal.SIGKILL)
+            server.process.wait()
+    return server.process.returncode
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("models") / TINY_MODEL_NAME, dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def gateway_server(tiny_model_dir: Path) -> Iterator[Server]:
+    """The session's one real gateway + vLLM engine on the tiny model."""
+    server = start_server(
+        "session-gateway",
+        {
+            "DLFP_MODEL": str(tiny_model_dir),
+            "DLFP_SERVED_MODEL_NAME": TINY_MODEL_NAME,
+            "DLFP_DTYPE": "float32",
+            "DLFP_DEVICE": "cpu",
+            "DLFP_MAX_MODEL_LEN": "4096",
+            "DLFP_KV_CACHE_GIB": "1",
+            "DLFP_ADMIN_TOKEN": ADMIN_TOKEN,
+            "DLFP_LOG_LEVEL": "info",
+        },
+    )
+    yield server
+    code = stop_server(server)
+    assert code == 0, f"gateway exited {code} on SIGTERM:\n{server.log()[-3000:]}"
