@@ -12,6 +12,7 @@ from fastapi import FastAPI
 
 from engine_worker.api import Engine
 from engine_worker.dlfp_config import DLFPConfig
+from gateway.admission import Admission
 from gateway.errors import install_error_handlers
 from gateway.metrics import GatewayMetrics, build_metrics
 from gateway.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
@@ -43,6 +44,7 @@ def create_app(
         engine=engine,
         metrics=metrics or build_metrics(),
         dlfp=dlfp or settings.dlfp_config("cpu"),
+        admission=Admission(settings.admission_limits()),
     )
 
     @asynccontextmanager

@@ -44,7 +44,8 @@ def build_engine(
         dtype=settings.dtype,
         dlfp=dlfp,
         kv_cache_gib=settings.kv_cache_gib,
-        engine_args=dict(settings.engine_args),
+        engine_args=dict(settings.engine_args)
+        | ({"scheduling_policy": "priority"} if settings.scheduling_policy == "priority" else {}),
         model_cache_dir=settings.model_cache_dir,
         stat_loggers=list(stat_loggers or []),
     )

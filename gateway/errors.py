@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine_worker.api import EngineDeadError, EngineNotReadyError, InvalidRequestError
+from gateway.admission import AdmissionRejected, ClientDisconnected
 
 logger = logging.getLogger("dlfp.http")
 
@@ -123,6 +124,19 @@ def install_error_handlers(app: FastAPI, validation_status: int = 400) -> None:
     @app.exception_handler(EngineNotReadyError)
     async def _not_ready(_: Request, exc: EngineNotReadyError) -> JSONResponse:
         return engine_unavailable(str(exc)).response()
+
+    @app.exception_handler(AdmissionRejected)
+    async def _rejected(request: Request, exc: AdmissionRejected) -> JSONResponse:
+        request.state.shed = True
+        request.app.state.gateway.metrics.admission_rejections.labels(reason=exc.reason).inc()
+        status = 503 if exc.reason == "draining" else 429
+        headers = {"Retry-After": str(exc.retry_after_s)}
+        return APIError(status, str(exc), code=exc.reason, headers=headers).response()
+
+    @app.exception_handler(ClientDisconnected)
+    async def _gone(request: Request, exc: ClientDisconnected) -> JSONResponse:
+        # Nobody reads this reply; 499 (nginx's "client closed request") marks it in logs.
+        return APIError(499, "client closed the request", code="client_closed").response()
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

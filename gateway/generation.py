@@ -58,6 +58,7 @@ class Generation:
         request: PreparedRequest,
         arrival_s: float,
         release: Callable[[], Awaitable[None]] | None = None,
+        on_first_token: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.engine = engine
@@ -66,6 +67,7 @@ class Generation:
         self.stats = StreamStats(arrival_s=arrival_s)
         self.outcome = "aborted"
         self._release = release
+        self._on_first_token = on_first_token
         self._clock = clock
         self._stream: AsyncIterator[GenerationChunk] | None = None
         self._last_token_s: dict[int, float] = {}
@@ -75,8 +77,10 @@ class Generation:
         """Submit to the engine; raises before anything is sent if the engine refuses."""
         r = self.request
         try:
+            # vLLM refuses a priority unless it runs priority scheduling.
+            priority = r.priority if self.engine.info.extra.get("priority_scheduling") else 0
             self._stream = await self.engine.submit(
-                r.request_id, r.prompt_token_ids, r.options, r.priority
+                r.request_id, r.prompt_token_ids, r.options, priority
             )
         except BaseException:
             await self._release_slot()
@@ -114,6 +118,8 @@ class Generation:
                 if self.stats.first_token_s is None:
                     self.stats.first_token_s = now
                     self.metrics.ttft.observe(now - self.stats.arrival_s)
+                    if self._on_first_token is not None:
+                        self._on_first_token()
                 gaps = n - 1
             else:
                 self.metrics.itl.observe(now - previous)

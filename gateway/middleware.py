@@ -26,6 +26,8 @@ def _outcome(status: int) -> str:
         return "ok"
     if status == 429:
         return "shed"
+    if status == 499:
+        return "aborted"
     if status >= 500:
         return "server_error"
     return "client_error"

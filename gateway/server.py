@@ -1,8 +1,18 @@
-"""Run the gateway under uvicorn until a signal stops it."""
+"""Run the gateway under uvicorn, with a drain on SIGTERM and an exit on engine death.
+
+On the first SIGTERM or SIGINT the gateway stops admitting (``/ready`` and new
+requests answer 503 while the socket stays open), lets streams in flight finish
+for up to ``drain_s``, then stops uvicorn and the engine and exits 0. A second
+signal stops at once. If the engine core dies, the same drain runs and the
+process exits 1, so that its supervisor restarts it.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from types import FrameType
 
 import uvicorn
 
@@ -10,26 +20,79 @@ from gateway.app import create_app
 from gateway.engine import build_engine, resolve_device
 from gateway.logs import configure_logging
 from gateway.settings import Settings
+from gateway.state import GatewayState
 
 logger = logging.getLogger("dlfp.gateway")
 
 
+class GatewayServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, state: GatewayState, drain_s: float) -> None:
+        super().__init__(config)
+        self.state = state
+        self.drain_s = drain_s
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain_task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def startup(self, sockets: list[object] | None = None) -> None:  # type: ignore[override]
+        self._loop = asyncio.get_running_loop()
+        await super().startup(sockets)  # type: ignore[arg-type]
+        task = self._loop.create_task(self._watch_engine())
+        self._tasks.add(task)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._drain_task is not None or self._loop is None:
+            super().handle_exit(sig, frame)  # a second signal: stop now
+            return
+        logger.info("signal received, draining", extra={"event": "drain_start", "signal": sig,
+                                                          "drain_s": self.drain_s})  # fmt: skip
+        self._loop.call_soon_threadsafe(self._begin_drain)
+
+    def _begin_drain(self) -> None:
+        if self._drain_task is None and self._loop is not None:
+            self._drain_task = self._loop.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        self.state.start_draining()
+        deadline = time.monotonic() + self.drain_s
+        while self.state.admission.num_active > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        left = self.state.admission.num_active
+        logger.info("drain finished", extra={"event": "drain_done", "streams_cut": left})
+        self.should_exit = True
+
+    async def _watch_engine(self) -> None:
+        while not self.should_exit:
+            await asyncio.sleep(0.5)
+            engine = self.state.engine
+            if engine.is_dead and self._drain_task is None and self.state.engine_error is None:
+                self.state.engine_error = "the engine core died"
+                logger.error("engine died", extra={"event": "engine_dead"})
+                self._begin_drain()
+
+
 def serve(settings: Settings) -> int:
-    """Blocks until SIGINT/SIGTERM; 0 after a clean stop, 1 if the engine failed."""
+    """Blocks until stopped: 0 after a clean stop, 1 if the engine failed."""
     configure_logging(settings.log_level)
     device = resolve_device(settings)
     dlfp = settings.dlfp_config(device)
     engine = build_engine(settings, device, dlfp)
     app = create_app(settings, engine, dlfp)
+    state: GatewayState = app.state.gateway
     logger.info(
         "gateway starting",
         extra={"event": "gateway_start", "host": settings.host, "port": settings.port,
                "device": device, "controller": dlfp.controller.value},
     )  # fmt: skip
     config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_config=None, access_log=False
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=5,
     )
-    uvicorn.Server(config).run()
-    failed = app.state.gateway.engine_error is not None
+    GatewayServer(config, state, settings.drain_s).run()
+    failed = state.engine_error is not None
     logger.info("gateway stopped", extra={"event": "gateway_stop", "failed": failed})
     return 1 if failed else 0

@@ -14,6 +14,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engine_worker.dlfp_config import ControllerMode, Device, DLFPConfig
+from gateway.admission import AdmissionLimits
 
 DLFP_FIELDS = tuple(DLFPConfig.model_fields)
 
@@ -83,6 +84,18 @@ class Settings(BaseSettings):
     itl_slo_ms: float | None = Field(default=None, gt=0)
     """Inter-token-latency objective, ms."""
 
+    # --- admission control (runtime-tunable through /admin/admission) ---
+    max_concurrent: int = Field(default=32, ge=1)
+    """Most requests streaming at once; more wait in the queue."""
+    max_queue: int = Field(default=128, ge=0)
+    """Most requests waiting for a slot; past it, 429."""
+    max_queue_wait_s: float = Field(default=60.0, gt=0)
+    """Longest wait for a slot; past it, 429."""
+    drain_s: float = Field(default=30.0, ge=0)
+    """On SIGTERM: how long streams in flight may run before the engine stops."""
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
+    """vLLM's scheduling policy; with priority, a request's priority also orders the engine."""
+
     # --- security and limits ---
     admin_token: SecretStr | None = None
     """Bearer token for /admin/*; unset = admin answers only loopback clients."""
@@ -97,6 +110,13 @@ class Settings(BaseSettings):
         overrides = {name: value for name, value in explicit.items() if value is not None}
         base = DLFPConfig.defaults_for(device).model_dump()
         return DLFPConfig.model_validate(base | overrides)
+
+    def admission_limits(self) -> AdmissionLimits:
+        return AdmissionLimits(
+            max_concurrent=self.max_concurrent,
+            max_queue=self.max_queue,
+            max_queue_wait_s=self.max_queue_wait_s,
+        )
 
     def api_key_set(self) -> frozenset[str]:
         return frozenset(key.strip() for key in self.api_keys.split(",") if key.strip())

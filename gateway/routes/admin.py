@@ -14,6 +14,7 @@ from fastapi import APIRouter, Body, Request
 from pydantic import ValidationError
 
 from engine_worker.dlfp_config import DLFPConfig
+from gateway.admission import AdmissionLimits
 from gateway.deps import AdminDep, GatewayDep
 from gateway.errors import APIError, ErrorResponse
 from gateway.state import GatewayState
@@ -104,3 +105,47 @@ async def patch_dlfp(
         except ValidationError as exc:
             raise _invalid(exc) from exc
         return await _apply(gateway, new, who, request)
+
+
+def _admission_view(gateway: GatewayState) -> dict[str, Any]:
+    a = gateway.admission
+    return {
+        "settings": a.limits.model_dump(mode="json"),
+        "state": {
+            "num_active": a.num_active,
+            "num_queued": a.num_queued,
+            "draining": a.draining,
+            "prefill_tokens_per_s": a.prefill_rate.value,
+            "requests_per_s": a.service_rate.value,
+            "retry_after_s": a.retry_after_s(),
+        },
+    }
+
+
+@router.get("/admission", responses=_ERRORS)
+async def get_admission(gateway: GatewayDep, _: AdminDep) -> dict[str, Any]:
+    """Admission limits in force and the live queue."""
+    return _admission_view(gateway)
+
+
+@router.patch("/admission", responses=_ERRORS)
+async def patch_admission(
+    gateway: GatewayDep, who: AdminDep, request: Request, body: Annotated[dict[str, Any], Body()]
+) -> dict[str, Any]:
+    """Change some admission limits; validated as a whole, applied at once."""
+    async with gateway.admission_lock:
+        old = gateway.admission.limits
+        try:
+            new = AdmissionLimits.model_validate(old.model_dump() | body)
+        except ValidationError as exc:
+            raise _invalid(exc) from exc
+        gateway.admission.update_limits(new)
+        changes = {k: {"old": v, "new": getattr(new, k)} for k, v in old.model_dump().items()
+                   if getattr(new, k) != v}  # fmt: skip
+        gateway.metrics.admin_changes.inc()
+        logger.info(
+            "admission limits changed",
+            extra={"event": "admin_change", "section": "admission", "who": who,
+                   "changes": changes, "method": request.method},
+        )  # fmt: skip
+        return _admission_view(gateway)

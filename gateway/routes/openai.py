@@ -49,7 +49,22 @@ async def list_models(engine: EngineDep) -> ModelList:
     return ModelList(data=[card])
 
 
+def _priority(body_priority: int, request: Request) -> int:
+    """The header X-Priority, else the body's ``priority``; lower is served first."""
+    header = request.headers.get("x-priority")
+    if header is None:
+        return body_priority
+    try:
+        value = int(header)
+    except ValueError:
+        raise APIError(400, "X-Priority must be an integer", param="X-Priority") from None
+    if not -1000 <= value <= 1000:
+        raise APIError(400, "X-Priority must lie within [-1000, 1000]", param="X-Priority")
+    return value
+
+
 async def _start(gateway: GatewayDep, request: Request, prepared: PreparedRequest) -> Generation:
+    prepared.priority = _priority(prepared.priority, request)
     generation = await gateway.start_generation(prepared, request)
     request.state.generation = generation
     return generation

@@ -1,0 +1,255 @@
+"""Admission control: a cap on concurrent streams, a bounded priority queue, and
+an SLO check that turns away early a request that would miss its TTFT target.
+
+Plain asyncio, no HTTP: ``async with admission.slot(...)`` waits for a slot or
+raises ``AdmissionRejected``, which one exception handler maps to 429/503.
+
+The TTFT prediction: prefill work ahead of a request (prompt tokens of requests
+admitted but not yet streaming, plus those queued before it) divided by the
+prefill throughput measured while prefill work was pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import math
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class AdmissionLimits(BaseModel):
+    """The runtime-tunable limits, validated as a whole."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_concurrent: int = Field(default=32, ge=1, le=100_000)
+    """Most requests streaming at once."""
+    max_queue: int = Field(default=128, ge=0, le=1_000_000)
+    """Most requests waiting for a slot."""
+    max_queue_wait_s: float = Field(default=60.0, gt=0, le=3600)
+    """Longest a request waits for a slot before a 429."""
+    slo_check: bool = True
+    """Turn away requests predicted to miss ttft_slo_ms."""
+    min_slo_samples: int = Field(default=4, ge=1)
+    """Measured first tokens needed before the SLO check trusts its throughput."""
+
+
+
+class AdmissionRejected(Exception):
+    """Turned away; ``reason`` is a ``dlfp_admission_rejections_total`` label."""
+
+    def __init__(self, reason: str, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+
+
+class ClientDisconnected(Exception):
+    """The client went away before its request was admitted."""
+
+
+@dataclass(order=True)
+class _Waiter:
+    priority: int
+    seq: int
+    prefill_tokens: int = field(compare=False)
+    future: asyncio.Future[None] = field(compare=False)
+
+
+@dataclass
+class Ticket:
+    """A held slot; call ``first_token()`` when the request starts streaming."""
+
+    prefill_tokens: int
+    admitted_s: float
+    queue_s: float
+    _admission: Admission
+    _prefilled: bool = False
+
+    def first_token(self) -> None:
+        if not self._prefilled:
+            self._prefilled = True
+            self._admission._prefill_done(self.prefill_tokens)
+
+
+class _Rate:
+    """Work per busy second, as an exponentially weighted average."""
+
+    def __init__(self, alpha: float = 0.2) -> None:
+        self.alpha = alpha
+        self.value: float | None = None
+        self.samples = 0
+
+    def add(self, amount: float, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        rate = amount / seconds
+        self.value = rate if self.value is None else self.alpha * rate + (1 - self.alpha) * self.value
+        self.samples += 1
+
+
+def _granted(future: asyncio.Future[None]) -> bool:
+    return future.done() and not future.cancelled() and future.exception() is None
+
+
+class Admission:
+    def __init__(self, limits: AdmissionLimits, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limits = limits
+        self._clock = clock
+        self._active = 0
+        self._queue: list[_Waiter] = []
+        self._seq = itertools.count()
+        self._pending_prefill = 0
+        self._prefill_since: float | None = None
+        self.prefill_rate = _Rate()
+        self._last_release: float | None = None
+        self.service_rate = _Rate()
+        self.draining = False
+
+    @property
+    def num_active(self) -> int:
+        return self._active
+
+    @property
+    def num_queued(self) -> int:
+        return len(self._queue)
+
+    def retry_after_s(self) -> int:
+        """Seconds until the queue ahead has likely drained, from the observed service rate."""
+        rate = self.service_rate.value
+        if not rate:
+            return 1
+        return max(1, min(120, math.ceil((self.num_queued + 1) / rate)))
+
+    def predicted_ttft_s(self, prefill_tokens: int, priority: int) -> float | None:
+        rate = self.prefill_rate.value
+        if rate is None or self.prefill_rate.samples < self.limits.min_slo_samples:
+            return None
+        ahead = self._pending_prefill + sum(w.prefill_tokens for w in self._queue if w.priority <= priority)
+        return (ahead + prefill_tokens) / rate
+
+    def update_limits(self, limits: AdmissionLimits) -> None:
+        self.limits = limits
+        self._wake()
+
+    @asynccontextmanager
+    async def slot(
+        self, prefill_tokens: int, priority: int = 0, ttft_slo_s: float | None = None
+    ) -> AsyncIterator[Ticket]:
+        """Hold a stream slot for the body of the ``async with``."""
+        arrival = self._clock()
+        self._check_admissible(prefill_tokens, priority, ttft_slo_s)
+        if self._active < self.limits.max_concurrent and not self._queue:
+            self._active += 1
+        else:
+            await self._wait(prefill_tokens, priority)
+        self._add_prefill(prefill_tokens)
+        now = self._clock()
+        ticket = Ticket(prefill_tokens, now, now - arrival, self)
+        try:
+            yield ticket
+        finally:
+            if not ticket._prefilled:
+                self._remove_prefill(prefill_tokens)
+            self._active -= 1
+            self._record_release()
+            self._wake()
+
+    def _check_admissible(self, prefill_tokens: int, priority: int, ttft_slo_s: float | None) -> None:
+        if self.draining:
+            raise AdmissionRejected("draining", "the gateway is shutting down", self.retry_after_s())
+        if self._active >= self.limits.max_concurrent or self._queue:
+            if self.limits.max_queue == 0:
+                raise AdmissionRejected("concurrency", "all streams are busy", self.retry_after_s())
+            if len(self._queue) >= self.limits.max_queue:
+                raise AdmissionRejected("queue_full", "the wait queue is full", self.retry_after_s())
+        if self.limits.slo_check and ttft_slo_s is not None:
+            predicted = self.predicted_ttft_s(prefill_tokens, priority)
+            if predicted is not None and predicted > ttft_slo_s:
+                raise AdmissionRejected(
+                    "slo",
+                    f"predicted time to first token {predicted:.1f} s exceeds the "
+                    f"{ttft_slo_s:.1f} s objective",
+                    self.retry_after_s(),
+                )
+
+    async def _wait(self, prefill_tokens: int, priority: int) -> None:
+        """Queue until ``_wake`` reserves a slot for us (it counts it in ``_active``)."""
+        waiter = _Waiter(priority, next(self._seq), prefill_tokens,
+                         asyncio.get_running_loop().create_future())  # fmt: skip
+        heapq.heappush(self._queue, waiter)
+        try:
+            done, _ = await asyncio.wait({waiter.future}, timeout=self.limits.max_queue_wait_s)
+        except asyncio.CancelledError:
+            # The client left while queued. NOTE: if a slot was reserved for it in
+            # the meantime, hand that slot to the next waiter instead of leaking it.
+            if _granted(waiter.future):
+                self._active -= 1
+                self._wake()
+            else:
+                self._drop(waiter)
+                waiter.future.cancel()
+            raise
+        if not done:
+            self._drop(waiter)
+            waiter.future.cancel()
+            raise AdmissionRejected(
+                "queue_timeout", "no stream slot freed in time", self.retry_after_s()
+            )
+        waiter.future.result()  # raises the draining rejection, if that is what woke us
+
+    def _drop(self, waiter: _Waiter) -> None:
+        if waiter in self._queue:
+            self._queue.remove(waiter)
+            heapq.heapify(self._queue)
+
+    def _wake(self) -> None:
+        """Reserve free slots for the best waiters, in priority then arrival order."""
+        while self._active < self.limits.max_concurrent and self._queue:
+            waiter = heapq.heappop(self._queue)
+            if not waiter.future.done():
+                self._active += 1
+                waiter.future.set_result(None)
+
+    def reject_all_queued(self) -> None:
+        """Draining: refuse new requests and every queued one at once."""
+        self.draining = True
+        while self._queue:
+            waiter = heapq.heappop(self._queue)
+            if not waiter.future.done():
+                waiter.future.set_exception(
+                    AdmissionRejected("draining", "the gateway is shutting down", 5)
+                )
+
+    # --- measurements ---
+
+    def _add_prefill(self, tokens: int) -> None:
+        self._advance_prefill_clock()
+        self._pending_prefill += tokens
+
+    def _remove_prefill(self, tokens: int) -> None:
+        self._advance_prefill_clock()
+        self._pending_prefill = max(0, self._pending_prefill - tokens)
+
+    def _prefill_done(self, tokens: int) -> None:
+        now = self._clock()
+        if self._prefill_since is not None:
+            self.prefill_rate.add(tokens, now - self._prefill_since)
+        self._pending_prefill = max(0, self._pending_prefill - tokens)
+        self._prefill_since = now if self._pending_prefill > 0 else None
+
+    def _advance_prefill_clock(self) -> None:
+        if self._pending_prefill == 0:
+            self._prefill_since = self._clock()
+
+    def _record_release(self) -> None:
+        now = self._clock()
+        if self._last_release is not None:
+            self.service_rate.add(1, now - self._last_release)
+        self._last_release = now

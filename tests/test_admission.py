@@ -1,0 +1,140 @@
+"""Admission control as a plain asyncio class (quick tier, no HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+
+from gateway.admission import Admission, AdmissionLimits, AdmissionRejected
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _hold(admission: Admission, release: asyncio.Event, log: list[str], name: str,
+                priority: int = 0) -> None:  # fmt: skip
+    async with admission.slot(prefill_tokens=10, priority=priority):
+        log.append(name)
+        await release.wait()
+
+
+async def test_cap_queue_and_handover_in_priority_order() -> None:
+    admission = Admission(AdmissionLimits(max_concurrent=1, max_queue=3, max_queue_wait_s=5))
+    release, log = asyncio.Event(), []
+    first = asyncio.create_task(_hold(admission, release, log, "first"))
+    await asyncio.sleep(0)
+    low = asyncio.create_task(_hold(admission, asyncio.Event(), log, "low", priority=5))
+    high = asyncio.create_task(_hold(admission, asyncio.Event(), log, "high", priority=-1))
+    await asyncio.sleep(0.01)
+    assert log == ["first"] and admission.num_active == 1 and admission.num_queued == 2
+    release.set()
+    await first
+    await asyncio.sleep(0.01)
+    assert log == ["first", "high"]  # lower priority value first
+    assert admission.num_active == 1 and admission.num_queued == 1
+    for task in (low, high):
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert admission.num_active == 0 and admission.num_queued == 0
+
+
+async def test_queue_full_concurrency_and_timeout() -> None:
+    admission = Admission(AdmissionLimits(max_concurrent=1, max_queue=1, max_queue_wait_s=0.05))
+    release = asyncio.Event()
+    holder = asyncio.create_task(_hold(admission, release, [], "a"))
+    await asyncio.sleep(0)
+    waiter = asyncio.create_task(_hold(admission, asyncio.Event(), [], "b"))
+    await asyncio.sleep(0)
+    with pytest.raises(AdmissionRejected) as full:
+        async with admission.slot(prefill_tokens=1):
+            pass
+    assert full.value.reason == "queue_full" and full.value.retry_after_s >= 1
+    with pytest.raises(AdmissionRejected) as timeout:
+        await waiter
+    assert timeout.value.reason == "queue_timeout"
+    admission.update_limits(AdmissionLimits(max_concurrent=1, max_queue=0))
+    with pytest.raises(AdmissionRejected) as busy:
+        async with admission.slot(prefill_tokens=1):
+            pass
+    assert busy.value.reason == "concurrency"
+    release.set()
+    await holder
+    assert admission.num_active == 0 and admission.num_queued == 0
+
+
+async def test_cancel_after_grant_passes_slot_on() -> None:
+    admission = Admission(AdmissionLimits(max_concurrent=1, max_queue=5, max_queue_wait_s=5))
+    release, log = asyncio.Event(), []
+    holder = asyncio.create_task(_hold(admission, release, log, "a"))
+    await asyncio.sleep(0)
+    leaver = asyncio.create_task(_hold(admission, asyncio.Event(), log, "leaver"))
+    stayer_release = asyncio.Event()
+    stayer = asyncio.create_task(_hold(admission, stayer_release, log, "stayer"))
+    await asyncio.sleep(0.01)
+    release.set()  # the slot is reserved for "leaver" ...
+    await holder
+    leaver.cancel()  # ... which leaves before it resumes
+    with contextlib.suppress(asyncio.CancelledError):
+        await leaver
+    await asyncio.sleep(0.01)
+    assert "stayer" in log and admission.num_active == 1
+    stayer_release.set()
+    await stayer
+    assert admission.num_active == 0
+
+
+async def test_slo_check_turns_away_predicted_misses() -> None:
+    clock = FakeClock()
+    admission = Admission(AdmissionLimits(max_concurrent=8, min_slo_samples=2), clock=clock)
+    for _ in range(3):  # measure: 1,000 prompt tokens prefilled per second
+        async with admission.slot(prefill_tokens=1000, ttft_slo_s=100) as ticket:
+            clock.now += 1.0
+            ticket.first_token()
+    assert admission.prefill_rate.value == pytest.approx(1000.0)
+    async with admission.slot(prefill_tokens=3000, ttft_slo_s=100):
+        # 3,000 tokens pending ahead + 2,000 of its own = 5 s > a 4 s objective.
+        assert admission.predicted_ttft_s(2000, 0) == pytest.approx(5.0)
+        with pytest.raises(AdmissionRejected) as slo:
+            async with admission.slot(prefill_tokens=2000, ttft_slo_s=4.0):
+                pass
+        assert slo.value.reason == "slo"
+        async with admission.slot(prefill_tokens=500, ttft_slo_s=4.0):
+            pass
+
+
+async def test_draining_refuses_new_and_queued() -> None:
+    admission = Admission(AdmissionLimits(max_concurrent=1, max_queue=4, max_queue_wait_s=5))
+    release = asyncio.Event()
+    holder = asyncio.create_task(_hold(admission, release, [], "a"))
+    await asyncio.sleep(0)
+    queued = asyncio.create_task(_hold(admission, asyncio.Event(), [], "b"))
+    await asyncio.sleep(0)
+    admission.reject_all_queued()
+    with pytest.raises(AdmissionRejected) as drained:
+        await queued
+    assert drained.value.reason == "draining"
+    with pytest.raises(AdmissionRejected):
+        async with admission.slot(prefill_tokens=1):
+            pass
+    release.set()
+    await holder  # the stream in flight finishes
+    assert admission.num_active == 0
+
+
+def test_retry_after_follows_service_rate() -> None:
+    clock = FakeClock()
+    admission = Admission(AdmissionLimits(), clock=clock)
+    assert admission.retry_after_s() == 1  # nothing observed yet
+    for _ in range(5):
+        clock.now += 4.0
+        admission._record_release()
+    assert admission.service_rate.value == pytest.approx(0.25)
+    assert admission.retry_after_s() == 4
