@@ -76,6 +76,11 @@ def _engine_args(spec: EngineSpec) -> Any:
     ]  # fmt: skip
     if spec.device == "cpu":
         argv.append("--enforce-eager")
+    if "structured_outputs_config" not in spec.engine_args:
+        # Compact JSON: a grammar that allows any whitespace lets a weak model pad
+        # forever (vLLM ignores the per-request flag; this is the engine's).
+        compact = '{"backend": "xgrammar", "disable_any_whitespace": true}'
+        argv += ["--structured-outputs-config", compact]
     for name, value in spec.engine_args.items():
         flag = "--" + name.replace("_", "-")
         if value.lower() in ("true", "false"):
@@ -99,10 +104,9 @@ def _sampling_params(options: SamplingOptions) -> Any:
 
     structured = None
     if options.json_schema is not None:
-        # Compact JSON: a grammar that allows any whitespace lets a model pad forever.
-        structured = StructuredOutputsParams(json=options.json_schema, disable_any_whitespace=True)
+        structured = StructuredOutputsParams(json=options.json_schema)
     elif options.json_object:
-        structured = StructuredOutputsParams(json_object=True, disable_any_whitespace=True)
+        structured = StructuredOutputsParams(json_object=True)
     return SamplingParams(
         n=options.n,
         max_tokens=options.max_tokens,
@@ -206,6 +210,7 @@ class VLLMEngine:
                 SCHEDULER_ASYNC if is_async else SCHEDULER_SYNC
             )
         self.info.extra["async_scheduling"] = bool(vllm_config.scheduler_config.async_scheduling)
+        self.info.extra["priority_scheduling"] = vllm_config.scheduler_config.policy == "priority"
         llm = AsyncLLM.from_vllm_config(
             vllm_config=vllm_config,
             usage_context=context,

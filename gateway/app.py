@@ -16,7 +16,7 @@ from gateway.admission import Admission
 from gateway.errors import install_error_handlers
 from gateway.metrics import GatewayMetrics, build_metrics
 from gateway.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
-from gateway.routes import admin, health, openai
+from gateway.routes import admin, dashboard, health, openai
 from gateway.settings import Settings
 from gateway.state import GatewayState
 from gateway.telemetry import poll_controller
@@ -73,6 +73,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(openai.router)
     app.include_router(admin.router)
+    app.include_router(dashboard.router)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestContextMiddleware, metrics=state.metrics)
     return app

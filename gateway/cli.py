@@ -55,6 +55,20 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         raise SystemExit(f"invalid settings:\n{exc}") from exc
 
 
+def _serve(argv: list[str]) -> int:
+    from gateway.server import serve
+
+    parser = argparse.ArgumentParser(prog="dlfp-gateway serve", description=SERVE_HELP)
+    _add_settings_options(parser)
+    return serve(_settings_from(parser.parse_args(argv[1:])))
+
+
+SERVE_HELP = (
+    "Serve the OpenAI-compatible API. Each option also reads its DLFP_* environment "
+    "variable or a .env file."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dlfp-gateway",
@@ -64,25 +78,21 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser(
         "serve",
         help="serve the OpenAI-compatible API",
-        description="Serve the OpenAI-compatible API. Each option also reads its DLFP_* "
-        "environment variable or a .env file.",
+        description=SERVE_HELP,
     )
     _add_settings_options(serve)
-    try:
-        from bench.cli import add_bench_parser
-    except ImportError:
-        pass
-    else:
-        add_bench_parser(commands)
+    from bench.cli import add_bench_parser
+
+    add_bench_parser(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        # Serving does not need the benchmark's parser (nor its imports).
+        return _serve(argv)
     args = build_parser().parse_args(argv)
-    if args.command == "serve":
-        from gateway.server import serve
-
-        return serve(_settings_from(args))
     handler = getattr(args, "handler", None)
     if handler is None:
         raise SystemExit(f"unknown command {args.command}")

@@ -64,8 +64,11 @@ class GatewayServer(uvicorn.Server):
     async def _watch_engine(self) -> None:
         while not self.should_exit:
             await asyncio.sleep(0.5)
-            engine = self.state.engine
-            if engine.is_dead and self._drain_task is None and self.state.engine_error is None:
+            if self._drain_task is not None:
+                continue
+            if self.state.engine_error is not None:  # it never started
+                self._begin_drain()
+            elif self.state.engine.is_dead:
                 self.state.engine_error = "the engine core died"
                 logger.error("engine died", extra={"event": "engine_dead"})
                 self._begin_drain()

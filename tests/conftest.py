@@ -113,6 +113,8 @@ def gateway_server(tiny_model_dir: Path) -> Iterator[Server]:
             "DLFP_KV_CACHE_GIB": "1",
             "DLFP_ADMIN_TOKEN": ADMIN_TOKEN,
             "DLFP_LOG_LEVEL": "info",
+            # Repeated prompts must be prefilled again, or agreement tests compare no capping.
+            "DLFP_ENGINE_ARGS": '{"enable_prefix_caching": "false"}',
         },
     )
     yield server

@@ -46,7 +46,14 @@ async def _snapshot(gateway: GatewayState, state: dict[str, Any] | None = None) 
     live = state if state is not None else await gateway.engine.get_dlfp_state()
     return {
         "settings": gateway.dlfp.model_dump(mode="json"),
-        "state": {key: live.get(key) for key in STATE_KEYS} | {"controller": live.get("controller")},
+        "state": {key: live.get(key) for key in STATE_KEYS}
+        | {
+            "controller": live.get("mode"),
+            "num_steps": live.get("num_steps"),
+            "num_stale_observations": live.get("num_stale_observations"),
+            # What the scheduler itself runs with: equal to "settings" unless a change failed.
+            "settings_in_engine": live.get("config"),
+        },
     }
 
 

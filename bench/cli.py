@@ -1,0 +1,146 @@
+"""``dlfp-gateway bench``: measure an OpenAI-compatible endpoint on the paper's protocol.
+
+``bench`` runs trials; ``bench compare``, ``bench summary`` and ``bench plot``
+re-analyse the raw records; ``bench crosscheck`` runs vLLM's own benchmark client
+beside this one; ``bench vllm-server`` serves the baseline vLLM OpenAI server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.options import (
+    add_results_option,
+    add_run_options,
+    add_slo_options,
+    arms_from,
+    client_from,
+    resolve_model,
+    slo_from,
+    workload_from,
+)
+from bench.stats import SLO
+
+
+def report(results: Path, slo: SLO, plots: bool) -> None:
+    from bench.report import cache_warnings, format_summary, write_summary
+
+    summary = write_summary(results, slo)
+    print(format_summary(summary))
+    for warning in cache_warnings(summary):
+        print(f"WARNING: {warning}", file=sys.stderr)
+    print(f"summary: {results / 'summary.json'}")
+    if plots:
+        from bench.plots import plot_results
+
+        for path in plot_results(results):
+            print(f"plot: {path}")
+
+
+def run_handler(args: argparse.Namespace) -> int:
+    from bench.endpoint import EndpointError
+    from bench.loadgen import RunConfig, run_all
+    from bench.tokens import load_counter
+
+    if not args.base_url:
+        raise SystemExit("bench: --base-url is required to run trials")
+    try:
+        run = RunConfig(
+            results_dir=args.results,
+            arms=arms_from(args),
+            seeds=args.seeds,
+            workload=workload_from(args),
+            client=client_from(args, asyncio.run(resolve_model(args))),
+            admin_token=args.admin_token,
+            metrics_interval_s=args.metrics_interval_s,
+            ready_timeout_s=args.ready_timeout_s,
+            use_cache_salt=not args.no_cache_salt,
+            force=args.force,
+        )
+        asyncio.run(run_all(run, load_counter(args.tokenizer)))
+    except (EndpointError, ValueError) as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("bench: interrupted; finished trials are kept, rerun to resume", file=sys.stderr)
+        return 130
+    report(args.results, slo_from(args), plots=not args.no_plots)
+    return 0
+
+
+def summary_handler(args: argparse.Namespace) -> int:
+    report(args.results, slo_from(args), plots=args.plots)
+    return 0
+
+
+def plot_handler(args: argparse.Namespace) -> int:
+    from bench.plots import plot_results
+
+    for path in plot_results(args.results):
+        print(f"plot: {path}")
+    return 0
+
+
+def compare_handler(args: argparse.Namespace) -> int:
+    from bench.compare import compare_arms, format_comparison
+    from bench.records import find_trials
+
+    repeat = args.repeat
+    if repeat is None and f"{args.baseline}-repeat" in find_trials(args.results):
+        repeat = f"{args.baseline}-repeat"
+    try:
+        result = compare_arms(args.results, args.baseline, args.candidate, slo_from(args), repeat)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"bench compare: {exc}", file=sys.stderr)
+        return 2
+    print(format_comparison(result))
+    path = args.results / f"compare-{args.candidate}-vs-{args.baseline}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"comparison: {path}")
+    return 0
+
+
+def add_bench_parser(commands: Any) -> None:
+    """Add ``bench`` and its sub-commands to ``dlfp-gateway``'s sub-parsers."""
+    from bench import crosscheck, vllm_server
+
+    bench = commands.add_parser(
+        "bench",
+        help="benchmark an OpenAI-compatible endpoint",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_run_options(bench)
+    bench.set_defaults(handler=run_handler)
+    sub = bench.add_subparsers(
+        dest="bench_command",
+        required=False,
+        title="sub-commands (none: run trials)",
+        metavar="{compare,summary,plot,crosscheck,vllm-server}",
+    )
+    compare = sub.add_parser("compare", help="paired comparison of two arms over their seeds")
+    add_results_option(compare)
+    compare.add_argument("--baseline", required=True, help="arm to compare against (e.g. off)")
+    compare.add_argument("--candidate", required=True, help="arm under test (e.g. dlfp-ct)")
+    compare.add_argument(
+        "--repeat",
+        help="a repeat of the baseline arm, for run-to-run "
+        "agreement (default <baseline>-repeat if recorded)",
+    )
+    add_slo_options(compare)
+    compare.set_defaults(handler=compare_handler)
+    summary = sub.add_parser("summary", help="recompute the summary table and summary.json")
+    add_results_option(summary)
+    add_slo_options(summary)
+    summary.add_argument("--plots", action="store_true", help="also redraw the plots")
+    summary.set_defaults(handler=summary_handler)
+    plot = sub.add_parser("plot", help="redraw the PNG plots of a results directory")
+    add_results_option(plot)
+    plot.set_defaults(handler=plot_handler)
+    crosscheck.add_parser(sub)
+    vllm_server.add_parser(sub)

@@ -1,0 +1,71 @@
+"""Talking to the server outside the measured streams: readiness, model name, admin switch."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx
+
+from bench.client import server_root
+
+
+class EndpointError(RuntimeError):
+    """The endpoint is not usable for a trial (not ready, or it refused the admin switch)."""
+
+
+def _bearer(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+async def wait_ready(
+    client: httpx.AsyncClient, base_url: str, api_key: str | None, timeout_s: float
+) -> list[str]:
+    """Poll ``GET /v1/models`` until it answers 200; return the served model ids."""
+    url = server_root(base_url) + "/v1/models"
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    while True:
+        try:
+            response = await client.get(url, headers=_bearer(api_key), timeout=10.0)
+            if response.status_code == 200:
+                return [str(m.get("id")) for m in response.json().get("data", [])]
+            last = f"HTTP {response.status_code}: {response.text[:200]}"
+            if response.status_code in (401, 403, 404):
+                raise EndpointError(f"{url}: {last}")
+        except httpx.HTTPError as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        if time.monotonic() >= deadline:
+            raise EndpointError(f"{url} not ready after {timeout_s:.0f} s ({last})")
+        await asyncio.sleep(1.0)
+
+
+def parse_patch(text: str | None) -> dict[str, Any] | None:
+    if not text:
+        return None
+    try:
+        patch = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"admin patch is not JSON: {text!r} ({exc})") from exc
+    if not isinstance(patch, dict):
+        raise ValueError(f"admin patch must be a JSON object, got {text!r}")
+    return patch
+
+
+async def apply_admin_patch(
+    client: httpx.AsyncClient, base_url: str, patch: dict[str, Any], admin_token: str | None
+) -> dict[str, Any]:
+    """``PATCH /admin/dlfp`` on our gateway; returns the settings now in force."""
+    url = server_root(base_url) + "/admin/dlfp"
+    try:
+        response = await client.patch(url, json=patch, headers=_bearer(admin_token), timeout=60.0)
+    except httpx.HTTPError as exc:
+        raise EndpointError(f"PATCH {url}: {type(exc).__name__}: {exc}") from exc
+    if response.status_code != 200:
+        raise EndpointError(
+            f"PATCH {url} {json.dumps(patch)}: HTTP {response.status_code}: {response.text[:300]}"
+        )
+    body = response.json()
+    return body if isinstance(body, dict) else {"response": body}

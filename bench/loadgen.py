@@ -1,0 +1,176 @@
+"""The open-loop load generator: one trial per (arm, seed), resumable.
+
+A trial sends its requests on the seed's schedule whether or not earlier ones
+have finished (open loop), polls ``/metrics`` beside them, and writes its raw
+records in one go when the last request ends. A rerun skips every trial whose
+file exists, so an interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import platform
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+
+from bench.client import ClientSettings, send_request, server_root
+from bench.endpoint import apply_admin_patch, wait_ready
+from bench.records import RequestRecord, Trial, trial_path, write_trial
+from bench.scrape import MetricsPoller
+from bench.stats import request_gaps, ttft_s
+from bench.tokens import TokenCounter
+from bench.workload import RequestSpec, WorkloadConfig, build_workload
+
+
+@dataclass(frozen=True)
+class Arm:
+    """A label for what is measured, and the admin switch that selects it (if any)."""
+
+    name: str
+    admin_patch: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    results_dir: Path
+    arms: tuple[Arm, ...]
+    seeds: tuple[int, ...]
+    workload: WorkloadConfig
+    client: ClientSettings
+    admin_token: str | None = None
+    metrics_interval_s: float = 1.0
+    """0 turns the ``/metrics`` polling off."""
+    ready_timeout_s: float = 600.0
+    use_cache_salt: bool = True
+    force: bool = False
+    """Rerun trials that are already recorded."""
+
+
+class Progress:
+    """One stderr line per finished request, with the trial's counts and elapsed time."""
+
+    def __init__(self, label: str, total: int, t0: float, out: TextIO = sys.stderr) -> None:
+        self.label, self.total, self.t0, self.out = label, total, t0, out
+        self.num_ok = self.num_failed = 0
+
+    def done(self, record: RequestRecord) -> None:
+        if record.is_ok:
+            self.num_ok += 1
+        else:
+            self.num_failed += 1
+        finished = self.num_ok + self.num_failed
+        ttft = ttft_s(record)
+        gaps = request_gaps(record)
+        detail = (
+            f"ttft {ttft:.2f}s max-gap {max(gaps, default=0.0):.2f}s"
+            if record.is_ok and ttft is not None
+            else f"FAILED: {(record.error or '')[:120]}"
+        )
+        print(
+            f"[{self.label}] {finished}/{self.total} ok={self.num_ok} failed={self.num_failed} "
+            f"elapsed {time.perf_counter() - self.t0:.0f}s | #{record.index} {record.kind}"
+            f"{' warm-up' if record.is_warmup else ''} {detail}",
+            file=self.out,
+            flush=True,
+        )
+
+
+def _report_to(progress: Progress) -> Callable[[asyncio.Task[RequestRecord]], None]:
+    def report(task: asyncio.Task[RequestRecord]) -> None:
+        if not task.cancelled() and task.exception() is None:
+            progress.done(task.result())
+
+    return report
+
+
+async def _send_all(
+    http: httpx.AsyncClient,
+    settings: ClientSettings,
+    specs: list[RequestSpec],
+    t0: float,
+    progress: Progress,
+) -> list[RequestRecord]:
+    tasks: list[asyncio.Task[RequestRecord]] = []
+    for spec in specs:
+        delay = t0 + spec.scheduled_s - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        task = asyncio.create_task(send_request(http, settings, spec, t0))
+        task.add_done_callback(_report_to(progress))
+        tasks.append(task)
+    return list(await asyncio.gather(*tasks))
+
+
+async def run_trial(
+    http: httpx.AsyncClient,
+    run: RunConfig,
+    arm: Arm,
+    seed: int,
+    specs: list[RequestSpec],
+    counter_name: str,
+) -> Trial:
+    """Wait for the endpoint, switch the arm in (if it has a patch), send the workload."""
+    await wait_ready(http, run.client.base_url, run.client.api_key, run.ready_timeout_s)
+    admin_response = None
+    if arm.admin_patch is not None:
+        admin_response = await apply_admin_patch(
+            http, run.client.base_url, arm.admin_patch, run.admin_token
+        )
+    salt = f"dlfp-bench-{arm.name}-{seed}-{uuid.uuid4().hex[:12]}" if run.use_cache_salt else None
+    settings = replace(run.client, cache_salt=salt)
+    label = f"{arm.name} seed {seed}"
+    print(
+        f"[{label}] {len(specs)} requests ({run.workload.num_warmup} warm-up), "
+        f"last send at {specs[-1].scheduled_s:.0f}s",
+        file=sys.stderr,
+        flush=True,
+    )
+    started_unix_s, t0 = time.time(), time.perf_counter()
+    poller = MetricsPoller(
+        http, server_root(run.client.base_url) + "/metrics", run.metrics_interval_s, t0
+    )
+    poll_task = asyncio.create_task(poller.run()) if run.metrics_interval_s > 0 else None
+    try:
+        records = await _send_all(http, settings, specs, t0, Progress(label, len(specs), t0))
+    finally:
+        poller.stop()
+        if poll_task is not None:
+            await poll_task
+    header = {
+        "started_unix_s": started_unix_s,
+        "duration_s": time.perf_counter() - t0,
+        "workload": asdict(run.workload),
+        "client": settings.public(),
+        "admin_patch": arm.admin_patch,
+        "admin_response": admin_response,
+        "token_counter": counter_name,
+        "metrics_available": poller.is_available,
+        "client_host": {"python": platform.python_version(), "machine": platform.machine()},
+    }
+    return Trial(arm.name, seed, header, records, poller.samples)
+
+
+async def run_all(run: RunConfig, counter: TokenCounter) -> list[Path]:
+    """Every (seed, arm) trial not yet recorded, seed by seed (arms interleaved)."""
+    written: list[Path] = []
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(limits=limits, timeout=run.client.request_timeout_s) as http:
+        for seed in run.seeds:
+            specs: list[RequestSpec] | None = None
+            for arm in run.arms:
+                path = trial_path(run.results_dir, arm.name, seed)
+                if path.exists() and not run.force:
+                    print(f"[{arm.name} seed {seed}] recorded in {path}; skipped", file=sys.stderr)
+                    continue
+                specs = specs or build_workload(run.workload, seed, counter)
+                trial = await run_trial(http, run, arm, seed, specs, counter.name)
+                write_trial(path, trial)
+                written.append(path)
+    return written

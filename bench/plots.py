@@ -1,0 +1,88 @@
+"""PNG plots of a results directory: ITL CDF per arm, and the controller's cap over time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # NOTE: before pyplot; a benchmark host has no display.
+import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter, NullFormatter
+
+from bench.records import Trial, find_trials, read_trial
+from bench.scrape import CAP, OBSERVATION
+from bench.stats import request_gaps
+
+
+def itl_cdf(gaps_by_arm: dict[str, list[float]], path: Path) -> Path:
+    """Empirical CDF of the pooled inter-token gaps, one line per arm, log time axis."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for arm, gaps in gaps_by_arm.items():
+        # Zero gaps (tokens that arrived together) cannot sit on a log axis.
+        ordered = sorted(max(g, 1e-4) * 1000 for g in gaps)
+        if ordered:
+            ys = [(i + 1) / len(ordered) for i in range(len(ordered))]
+            ax.step(ordered, ys, where="post", label=f"{arm} (n={len(ordered)})")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("inter-token latency (ms, log)")
+    ax.set_ylabel("fraction of gaps")
+    ax.axhline(0.99, color="grey", linewidth=0.5, linestyle=":")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="lower right")
+    ax.set_title("ITL CDF per arm (measured requests, seeds pooled)")
+    return _save(fig, path)
+
+
+def controller_cap(trials: list[Trial], path: Path) -> Path:
+    """The cap (top) and the controller's observation (bottom) over each trial's time."""
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for trial in trials:
+        label = f"{trial.arm} seed {trial.seed}"
+        caps = [(s.t_s, s.values[CAP]) for s in trial.samples if CAP in s.values]
+        observations = [
+            (s.t_s, s.values[OBSERVATION] * 1000) for s in trial.samples if OBSERVATION in s.values
+        ]
+        if caps:
+            top.step(*zip(*caps, strict=True), where="post", label=label)
+        if observations:
+            bottom.plot(*zip(*observations, strict=True), marker=".", linewidth=0.8, label=label)
+    top.set_ylabel("prefill cap (tokens)")
+    bottom.set_ylabel("observation (ms)")
+    bottom.set_xlabel("time since trial start (s)")
+    for ax in (top, bottom):
+        ax.grid(True, alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="small")
+    if not any(CAP in s.values for t in trials for s in t.samples):
+        top.text(
+            0.5, 0.5, "no dlfp_controller_cap_tokens samples", ha="center", transform=top.transAxes
+        )
+    top.set_title("DLFP controller, from the server's /metrics")
+    return _save(fig, path)
+
+
+def _save(fig: plt.Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_results(results_dir: Path) -> list[Path]:
+    """``plots/itl-cdf.png`` for all arms and ``plots/cap-<arm>.png`` per arm."""
+    out = results_dir / "plots"
+    trials = {
+        arm: [read_trial(p) for _, p in sorted(paths.items())]
+        for arm, paths in find_trials(results_dir).items()
+    }
+    gaps = {
+        arm: [g for t in ts for r in t.measured if r.is_ok for g in request_gaps(r)]
+        for arm, ts in trials.items()
+    }
+    written = [itl_cdf(gaps, out / "itl-cdf.png")]
+    written += [controller_cap(ts, out / f"cap-{arm}.png") for arm, ts in trials.items()]
+    return written

@@ -1,0 +1,162 @@
+"""Raw per-request records of one trial, and the JSON-lines file that holds them.
+
+One trial is one (arm, seed) pair. Its file ``<results>/<arm>/seed-<seed>.jsonl``
+holds a header line (``"type": "trial"``), one line per request
+(``"type": "request"``) and one line per ``/metrics`` sample (``"type": "metrics"``).
+Times are seconds after the trial's start on the client's monotonic clock;
+``started_unix_s`` in the header anchors them to wall-clock time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+FORMAT_VERSION = 1
+_SEED_FILE = re.compile(r"^seed-(\d+)\.jsonl$")
+
+
+@dataclass
+class RequestRecord:
+    """What one request sent and what came back, chunk by chunk."""
+
+    index: int
+    kind: str
+    """``long`` (agent-like) or ``short`` (chat)."""
+    is_warmup: bool
+    prompt: str
+    prompt_sha256: str
+    num_prompt_tokens_target: int
+    """The prompt's length as the harness counted it (tokenizer or ~4 chars/token)."""
+    max_tokens: int
+    scheduled_s: float
+    """When the open-loop schedule says to send it."""
+    send_s: float | None = None
+    """When it was actually sent."""
+    chunk_s: list[float] = field(default_factory=list)
+    """Arrival of every content chunk (a chunk that carries generated tokens)."""
+    chunk_num_tokens: list[int | None] = field(default_factory=list)
+    """Tokens in each content chunk; None where the endpoint does not say."""
+    usage_s: float | None = None
+    end_s: float | None = None
+    status: str = "pending"
+    """``ok`` or ``failed``."""
+    error: str | None = None
+    http_status: int | None = None
+    num_prompt_tokens: int | None = None
+    """``usage.prompt_tokens`` as the server reported it."""
+    usage: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    text: str = ""
+    token_ids: list[int] | None = None
+    """Generated token ids, where the endpoint returns them (vLLM's ``return_token_ids``)."""
+    response_id: str | None = None
+
+    @property
+    def is_ok(self) -> bool:
+        return self.status == "ok"
+
+    def fail(self, error: str) -> None:
+        self.status = "failed"
+        self.error = error if self.error is None else f"{self.error}; {error}"
+
+
+@dataclass
+class MetricsSample:
+    """One scrape of the server's ``/metrics``: the tracked series that were present."""
+
+    t_s: float
+    values: dict[str, float]
+
+
+@dataclass
+class Trial:
+    """One (arm, seed) trial: settings, request records, metrics samples."""
+
+    arm: str
+    seed: int
+    header: dict[str, Any]
+    requests: list[RequestRecord]
+    samples: list[MetricsSample] = field(default_factory=list)
+
+    @property
+    def measured(self) -> list[RequestRecord]:
+        return [r for r in self.requests if not r.is_warmup]
+
+
+def trial_path(results_dir: Path, arm: str, seed: int) -> Path:
+    return results_dir / arm / f"seed-{seed}.jsonl"
+
+
+def write_trial(path: Path, trial: Trial) -> None:
+    """Write the whole trial at once: a temp file in the same directory, then a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = {"type": "trial", "format": FORMAT_VERSION, "arm": trial.arm, "seed": trial.seed}
+    lines = [json.dumps(header | trial.header)]
+    lines += [json.dumps({"type": "request", **asdict(r)}) for r in trial.requests]
+    lines += [json.dumps({"type": "metrics", **asdict(s)}) for s in trial.samples]
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _request_from(obj: dict[str, Any]) -> RequestRecord:
+    names = {f.name for f in fields(RequestRecord)}
+    return RequestRecord(**{k: v for k, v in obj.items() if k in names})
+
+
+def read_trial(path: Path) -> Trial:
+    header: dict[str, Any] | None = None
+    requests: list[RequestRecord] = []
+    samples: list[MetricsSample] = []
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            obj = json.loads(line)
+            kind = obj.pop("type", None)
+            if kind == "trial":
+                header = obj
+            elif kind == "request":
+                requests.append(_request_from(obj))
+            elif kind == "metrics":
+                samples.append(MetricsSample(t_s=obj["t_s"], values=obj["values"]))
+            else:
+                raise ValueError(f"{path}:{number}: unknown record type {kind!r}")
+    if header is None:
+        raise ValueError(f"{path}: no trial header")
+    header.pop("format", None)
+    arm, seed = str(header.pop("arm")), int(header.pop("seed"))
+    return Trial(arm=arm, seed=seed, header=header, requests=requests, samples=samples)
+
+
+def find_trials(results_dir: Path) -> dict[str, dict[int, Path]]:
+    """``{arm: {seed: path}}`` of every trial file under ``results_dir``."""
+    found: dict[str, dict[int, Path]] = {}
+    if not results_dir.is_dir():
+        return found
+    for arm_dir in sorted(p for p in results_dir.iterdir() if p.is_dir()):
+        for file in sorted(arm_dir.iterdir()):
+            match = _SEED_FILE.match(file.name)
+            if match:
+                found.setdefault(arm_dir.name, {})[int(match.group(1))] = file
+    return found
+
+
+def load_arm(results_dir: Path, arm: str) -> dict[int, Trial]:
+    paths = find_trials(results_dir).get(arm, {})
+    if not paths:
+        raise FileNotFoundError(f"no trials of arm {arm!r} under {results_dir}")
+    return {seed: read_trial(path) for seed, path in sorted(paths.items())}

@@ -1,0 +1,140 @@
+"""Latency percentiles, throughput and goodput of one or several trials.
+
+Definitions (every figure is over the *measured* requests; warm-ups are left out):
+
+- ITL: the gaps between consecutive content chunks of a request, pooled over all
+  gaps of all successful requests. A chunk that carries k > 1 tokens adds k - 1
+  gaps of zero (the tokens arrived together), so a request of n tokens whose
+  chunk sizes are known has exactly n - 1 gaps.
+- TTFT: first content chunk minus send time. E2E: last content chunk minus send time.
+- Percentiles interpolate linearly between order statistics (numpy's default,
+  as vLLM's own benchmark uses).
+- Output throughput: generated tokens of successful requests over the measured
+  window (first measured send to last measured end); request throughput likewise.
+- Goodput: a request meets the SLO when it succeeded, its TTFT is within the TTFT
+  SLO, and its own ``itl_percentile`` gap (default 100: its largest gap) is within
+  the ITL SLO. The largest gap is the stall a reader of that stream sees.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bench.records import RequestRecord, Trial
+from bench.scrape import CAP, PREFIX_HITS, PREFIX_QUERIES
+
+PERCENTILES = (50, 90, 99)
+Summary = dict[str, float | int | None]
+
+
+@dataclass(frozen=True)
+class SLO:
+    ttft_ms: float
+    itl_ms: float
+    itl_percentile: float = 100.0
+    """Which of a request's own gaps is judged: 100 = the largest, 99 = its P99 gap."""
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0..100) with linear interpolation; None for no values."""
+    if not values:
+        return None
+    if not 0.0 <= q <= 100.0:
+        raise ValueError(f"percentile must lie in [0, 100], got {q}")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def request_gaps(record: RequestRecord) -> list[float]:
+    times = record.chunk_s
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    gaps += [0.0] * sum(max(0, (n or 1) - 1) for n in record.chunk_num_tokens)
+    return gaps
+
+
+def ttft_s(record: RequestRecord) -> float | None:
+    if not record.chunk_s or record.send_s is None:
+        return None
+    return record.chunk_s[0] - record.send_s
+
+
+def e2e_s(record: RequestRecord) -> float | None:
+    if not record.chunk_s or record.send_s is None:
+        return None
+    return record.chunk_s[-1] - record.send_s
+
+
+def meets_slo(record: RequestRecord, slo: SLO) -> bool:
+    ttft = ttft_s(record)
+    if not record.is_ok or ttft is None or ttft * 1000 > slo.ttft_ms:
+        return False
+    gap = percentile(request_gaps(record), slo.itl_percentile) or 0.0
+    return gap * 1000 <= slo.itl_ms
+
+
+def _window_s(records: Sequence[RequestRecord]) -> float:
+    sends = [r.send_s for r in records if r.send_s is not None]
+    ends = [r.end_s for r in records if r.end_s is not None]
+    return max(ends) - min(sends) if sends and ends else 0.0
+
+
+def _counter_delta(trial: Trial, name: str) -> float | None:
+    values = [s.values[name] for s in trial.samples if name in s.values]
+    return values[-1] - values[0] if len(values) >= 2 else None
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else value * 1000
+
+
+def _latencies(ok: Sequence[RequestRecord], summary: Summary) -> None:
+    gaps = [g for r in ok for g in request_gaps(r)]
+    ttfts = [t for r in ok if (t := ttft_s(r)) is not None]
+    e2es = [t for r in ok if (t := e2e_s(r)) is not None]
+    for name, values in (("itl", gaps), ("ttft", ttfts), ("e2e", e2es)):
+        for q in PERCENTILES:
+            summary[f"{name}_p{q}_ms"] = _ms(percentile(values, q))
+        summary[f"{name}_mean_ms"] = _ms(sum(values) / len(values)) if values else None
+    summary["num_itl_gaps"] = len(gaps)
+
+
+def _server_side(trials: Sequence[Trial], summary: Summary) -> None:
+    hits = [d for t in trials if (d := _counter_delta(t, PREFIX_HITS)) is not None]
+    queries = [d for t in trials if (d := _counter_delta(t, PREFIX_QUERIES)) is not None]
+    summary["prefix_cache_hit_tokens"] = sum(hits) if hits else None
+    summary["prefix_cache_hit_rate"] = sum(hits) / sum(queries) if hits and sum(queries) else None
+    caps = [s.values[CAP] for t in trials for s in t.samples if CAP in s.values]
+    summary["cap_mean_tokens"] = sum(caps) / len(caps) if caps else None
+
+
+def summarize(trials: Sequence[Trial], slo: SLO) -> Summary:
+    """The figures of one trial, or of several pooled (gaps pooled, windows added)."""
+    measured = [r for t in trials for r in t.measured]
+    ok = [r for r in measured if r.is_ok]
+    window_s = sum(_window_s(t.measured) for t in trials)
+    num_tokens = sum(int((r.usage or {}).get("completion_tokens") or 0) for r in ok)
+    num_slo_met = sum(meets_slo(r, slo) for r in measured)
+    summary: Summary = {
+        "num_trials": len(trials),
+        "num_requests": len(measured),
+        "num_ok": len(ok),
+        "num_failed": len(measured) - len(ok),
+        "num_output_tokens": num_tokens,
+        "window_s": window_s,
+    }
+    _latencies(ok, summary)
+    summary |= {
+        "output_tps": num_tokens / window_s if window_s > 0 else None,
+        "request_tps": len(ok) / window_s if window_s > 0 else None,
+        "num_slo_met": num_slo_met,
+        "slo_attainment": num_slo_met / len(measured) if measured else None,
+        "goodput_rps": num_slo_met / window_s if window_s > 0 else None,
+    }
+    _server_side(trials, summary)
+    return summary

@@ -1,0 +1,310 @@
+"""The DLFP prefill-cap controller: seconds in, prefill tokens out.
+
+Pure Python (no vLLM, FastAPI or pydantic import), modelled on simple-pid's
+``PID``: a plain class holding its state, output limits that also stop
+wind-up, ``reset()``, a read-only view of its state, an injectable clock.
+The scheduler drives it with three events per step (see ``PrefillCapController``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from engine_worker.step_timing import StepRecord, StepTimeline
+
+MODES = ("off", "fixed", "dlfp", "dlfp-ct")
+"""Controller modes, spelled as ``ControllerMode`` values."""
+
+
+class ControllerSettings(Protocol):
+    """What the controller reads from a settings object (``DLFPConfig`` fits)."""
+
+    @property
+    def controller(self) -> str: ...
+    @property
+    def target_ms(self) -> float: ...
+    @property
+    def gain(self) -> float: ...
+    @property
+    def initial_cap_tokens(self) -> int: ...
+    @property
+    def min_cap_tokens(self) -> int: ...
+    @property
+    def max_cap_tokens(self) -> int: ...
+    @property
+    def step_tokens(self) -> int: ...
+    @property
+    def fixed_cap_tokens(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class CapParams:
+    """Controller parameters, checked on construction (mirrors ``DLFPConfig``)."""
+
+    mode: str = "dlfp-ct"
+    target_ms: float = 200.0
+    gain: float = 0.5
+    initial_cap_tokens: int = 128
+    min_cap_tokens: int = 16
+    max_cap_tokens: int = 1024
+    step_tokens: int = 16
+    fixed_cap_tokens: int = 128
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if not (self.target_ms > 0 and 0 < self.gain <= 1 and self.step_tokens >= 1):
+            raise ValueError("need target_ms > 0, 0 < gain <= 1 and step_tokens >= 1")
+        caps = (self.min_cap_tokens, self.initial_cap_tokens, self.fixed_cap_tokens)
+        if not (1 <= self.min_cap_tokens <= min(caps[1:]) <= max(caps[1:]) <= self.max_cap_tokens):
+            raise ValueError("need 1 <= min_cap <= initial_cap, fixed_cap <= max_cap")
+        if any(cap % self.step_tokens for cap in (*caps, self.max_cap_tokens)):
+            raise ValueError(f"every cap must be a multiple of step_tokens={self.step_tokens}")
+
+    @classmethod
+    def from_config(cls, config: ControllerSettings) -> CapParams:
+        return cls(
+            mode=str(config.controller),
+            target_ms=config.target_ms,
+            gain=config.gain,
+            initial_cap_tokens=config.initial_cap_tokens,
+            min_cap_tokens=config.min_cap_tokens,
+            max_cap_tokens=config.max_cap_tokens,
+            step_tokens=config.step_tokens,
+            fixed_cap_tokens=config.fixed_cap_tokens,
+        )
+
+    def clamp(self, tokens: float) -> int:
+        """Quantise to ``step_tokens`` (round half up), then clamp to the bounds."""
+        quantised = math.floor(tokens / self.step_tokens + 0.5) * self.step_tokens
+        return min(max(quantised, self.min_cap_tokens), self.max_cap_tokens)
+
+    def starting_cap(self) -> int | None:
+        """The cap a freshly reset controller applies in this mode."""
+        if self.mode == "off":
+            return None
+        if self.mode == "fixed":
+            return self.fixed_cap_tokens
+        return self.initial_cap_tokens
+
+
+@dataclass(frozen=True)
+class ControllerState:
+    """Read-only snapshot of the controller, for metrics and ``/admin``."""
+
+    mode: str
+    target_ms: float
+    cap_tokens: int | None
+    """Cap applied while a request decodes; None when the mode is ``off``."""
+    last_observation_ms: float | None
+    """Last observation fed to the control law."""
+    num_updates: int
+    """Control-law evaluations (guarded cycles), whether or not the cap moved."""
+    last_update_unix_s: float | None
+    num_mixed_steps: int
+    """Steps with >=1 decode token and >0 prefill tokens."""
+    num_decode_free_steps: int
+    """Steps scheduled with no request decoding (never capped)."""
+    num_stale_observations: int
+    """Mixed-step observations ignored because the step ran under an older cap."""
+    num_steps: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class PrefillCapController:
+    """Caps the prefill chunk while at least one request decodes.
+
+    Control law (modes ``dlfp`` and ``dlfp-ct``), after each guarded cycle::
+
+        cap <- clamp(quantise(cap * (1 + gain * (target - observed) / target)))
+
+    The law runs on an unquantised cap (``cap_exact``, clamped to the bounds)
+    and only the applied cap is quantised: quantising the state itself would
+    trap the cap wherever one update moves it by less than half a step (at
+    ``min_cap_tokens == step_tokens`` with gain 0.5, for ever).
+
+    Units: ``observed`` and ``target`` in seconds (``target_ms`` / 1000), cap in
+    prefill tokens. Sign: an iteration slower than the target shrinks the cap,
+    a faster one grows it. The cap is the controller's only state and it is
+    clamped to ``[min_cap_tokens, max_cap_tokens]`` after every update, so the
+    limits also stop wind-up: a cap pinned at a bound moves off it on the first
+    observation on the other side of the target.
+
+    A guarded cycle: the cap in force was applied to a *mixed* step (>=1 decode
+    token and >0 prefill tokens) and that step's observation has arrived. A
+    step scheduled under an older cap (its ``cap_generation`` differs) is stale
+    and ignored; decode-free steps are never observed. A mixed step whose
+    prefill did not fill the cap (a prompt's last chunk) only counts if it was
+    slower than the target: a fast one says nothing about the cap, and feeding
+    it back would ratchet the cap up past the target.
+
+    Observations: ``dlfp`` uses the interval between consecutive ``schedule()``
+    calls, attributed to the step scheduled at the first of them (the paper);
+    ``dlfp-ct`` uses the busy time of the completed step, ``done(k) -
+    max(done(k-1), dispatched(k))``. ``fixed`` applies ``fixed_cap_tokens``;
+    ``off`` never caps.
+
+    Events, per step, from the scheduler (``now_s`` defaults to ``clock()``):
+    ``on_schedule`` before ``Scheduler.schedule``, ``on_scheduled`` after it, and
+    ``on_step_done`` at ``update_from_output`` (one per ``schedule()``, FIFO).
+    """
+
+    def __init__(
+        self,
+        params: CapParams | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._params = params or CapParams()
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._timeline = StepTimeline()
+        self._cap_tokens = self._params.starting_cap()
+        self._cap_exact: float | None = self._cap_tokens
+        self._cap_generation = 0
+        self._last_observation_s: float | None = None
+        self._num_updates = 0
+        self._last_update_unix_s: float | None = None
+        self._num_mixed_steps = 0
+        self._num_decode_free_steps = 0
+        self._num_stale_observations = 0
+        # Set by on_schedule, consumed by on_scheduled: (start_s, num_decoding, cap).
+        self._pending: tuple[float, int, int | None] | None = None
+
+    @classmethod
+    def from_config(cls, config: ControllerSettings, **clocks: Any) -> PrefillCapController:
+        return cls(CapParams.from_config(config), **clocks)
+
+    @property
+    def params(self) -> CapParams:
+        return self._params
+
+    @property
+    def state(self) -> ControllerState:
+        last_ms = self._last_observation_s
+        return ControllerState(
+            mode=self._params.mode,
+            target_ms=self._params.target_ms,
+            cap_tokens=self._cap_tokens,
+            last_observation_ms=None if last_ms is None else last_ms * 1000.0,
+            num_updates=self._num_updates,
+            last_update_unix_s=self._last_update_unix_s,
+            num_mixed_steps=self._num_mixed_steps,
+            num_decode_free_steps=self._num_decode_free_steps,
+            num_stale_observations=self._num_stale_observations,
+            num_steps=self._timeline.num_steps,
+        )
+
+    def reset(self) -> None:
+        """Back to the mode's starting cap; forget the last observation.
+
+        Counters are telemetry and keep counting. In-flight steps stay queued
+        (their completions must still pair up) but become stale.
+        """
+        self._set_cap(self._params.starting_cap(), force_new_generation=True)
+        self._last_observation_s = None
+
+    def apply_config(self, config: ControllerSettings) -> None:
+        self.apply_params(CapParams.from_config(config))
+
+    def apply_params(self, params: CapParams) -> None:
+        """Switch parameters at runtime (between steps).
+
+        A mode switch or a new ``initial_cap_tokens`` resets the cap: a cap
+        learnt from another signal means nothing to the new mode, and a new
+        initial cap is an explicit request to restart from it. Otherwise the
+        current cap is kept, re-quantised and clamped into the new bounds (and a
+        ``fixed`` controller takes the new fixed cap); target and gain changes
+        apply from the next guarded cycle.
+        """
+        old, self._params = self._params, params
+        if params.mode != old.mode or params.initial_cap_tokens != old.initial_cap_tokens:
+            self.reset()
+        elif params.mode == "fixed":
+            self._set_cap(params.fixed_cap_tokens)
+        elif self._cap_tokens is not None:
+            self._set_cap(params.clamp(self._cap_tokens))
+
+    def on_schedule(self, num_decoding: int, now_s: float | None = None) -> int | None:
+        """Before ``schedule()``: the prefill cap for this step, None for no cap."""
+        now_s = self._now(now_s)
+        previous = self._timeline.close_interval(now_s)
+        if previous is not None and self._params.mode == "dlfp":
+            self._observe(previous, previous.interval_s)
+        cap = self._cap_tokens if num_decoding > 0 else None
+        self._pending = (now_s, num_decoding, cap)
+        return cap
+
+    def on_scheduled(
+        self, num_prefill_tokens: int, num_decode_tokens: int, now_s: float | None = None
+    ) -> StepRecord:
+        """After ``schedule()``: what the step holds; it is dispatched now."""
+        now_s = self._now(now_s)
+        start_s, num_decoding, cap = self._pending or (now_s, 0, None)
+        self._pending = None
+        record = StepRecord(
+            step_index=self._timeline.num_steps,
+            mode=self._params.mode,
+            num_decoding=num_decoding,
+            num_prefill_tokens=num_prefill_tokens,
+            num_decode_tokens=num_decode_tokens,
+            cap_tokens=cap,
+            cap_generation=self._cap_generation,
+            scheduled_at_s=start_s,
+            dispatched_at_s=now_s,
+        )
+        self._num_mixed_steps += record.is_mixed
+        self._num_decode_free_steps += num_decoding == 0
+        self._timeline.dispatch(record)
+        return record
+
+    def on_step_done(self, now_s: float | None = None) -> StepRecord | None:
+        """At ``update_from_output``: the oldest in-flight step completed."""
+        record = self._timeline.complete(self._now(now_s), self._wall_clock())
+        if record is not None and self._params.mode == "dlfp-ct":
+            self._observe(record, record.busy_s)
+        return record
+
+    def _observe(self, record: StepRecord, observed_s: float | None) -> None:
+        # NOTE: the guard. Only a mixed step says how long prefill beside a
+        # decode takes, and only a step run under the cap in force says what
+        # *this* cap does; anything else would feed back another cap's effect.
+        if observed_s is None or record.cap_tokens is None or not record.is_mixed:
+            return
+        if record.cap_generation != self._cap_generation or record.mode != self._params.mode:
+            self._num_stale_observations += 1
+            return
+        target_s = self._params.target_ms / 1000.0
+        if record.num_prefill_tokens < record.cap_tokens and observed_s <= target_s:
+            # The cap did not limit this step (the prompt's last chunk, say): a
+            # fast step says nothing about it, while a slow one still does.
+            return
+        error = (target_s - observed_s) / target_s
+        p = self._params
+        base = self._cap_exact if self._cap_exact is not None else float(record.cap_tokens)
+        exact = min(max(base * (1.0 + p.gain * error), p.min_cap_tokens), p.max_cap_tokens)
+        self._set_cap(p.clamp(exact), exact=exact)
+        self._last_observation_s = observed_s
+        self._num_updates += 1
+        self._last_update_unix_s = self._wall_clock()
+        record.is_feedback = True
+
+    def _set_cap(
+        self, cap_tokens: int | None, *, exact: float | None = None, force_new_generation: bool = False
+    ) -> None:
+        # NOTE: a new generation marks every in-flight step stale. An unchanged
+        # cap keeps the generation: those steps still measure the cap in force.
+        if force_new_generation or cap_tokens != self._cap_tokens:
+            self._cap_generation += 1
+        self._cap_tokens = cap_tokens
+        self._cap_exact = exact if exact is not None else cap_tokens
+
+    def _now(self, now_s: float | None) -> float:
+        return self._clock() if now_s is None else now_s

@@ -1,0 +1,231 @@
+"""DLFP schedulers: vLLM's own scheduler, with the prefill chunk capped beside decodes.
+
+``DLFPScheduler`` extends ``vllm.v1.core.sched.scheduler.Scheduler`` and
+``DLFPAsyncScheduler`` extends ``AsyncScheduler``, both through one mixin that
+only sets two knobs around ``super().schedule()`` and times completions in
+``update_from_output``. Pick the class with ``scheduler_cls_name`` once the
+``VllmConfig`` exists (the platform has the last word on async scheduling).
+
+The initial settings come from ``vllm_config.additional_config["dlfp"]`` (a
+``DLFPConfig`` as a dict; absent = defaults). Importing this module installs
+the ``dlfp_*`` utility methods on vLLM's ``EngineCore`` (see ``channel``); vLLM
+imports it inside the engine-core process when it resolves ``scheduler_cls``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from vllm.logger import init_logger
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.engine import EngineCoreOutputs
+from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.request import Request
+
+from engine_worker import channel
+from engine_worker.controller import PrefillCapController
+from engine_worker.dlfp_config import DLFPConfig
+from engine_worker.step_timing import StepRecord
+
+logger = init_logger(__name__)
+
+ADDITIONAL_CONFIG_KEY = "dlfp"
+"""Key of the ``DLFPConfig`` dict in ``VllmConfig.additional_config``."""
+MAX_STEP_HISTORY = 4096
+"""Steps kept in the telemetry ring buffer."""
+
+
+def read_dlfp_config(additional_config: object) -> DLFPConfig:
+    """The ``DLFPConfig`` in ``additional_config["dlfp"]``, or the defaults."""
+    raw = None
+    if isinstance(additional_config, dict):
+        raw = additional_config.get(ADDITIONAL_CONFIG_KEY)
+    return DLFPConfig() if raw is None else DLFPConfig.model_validate(raw)
+
+
+def is_decoding(request: Request) -> bool:
+    # NOTE: the same predicate vLLM uses for "a decode is present" in
+    # Scheduler.schedule (DP prefill balancing). is_prefill_chunk is set at the
+    # end of the previous schedule(): True = the request is still prefilling.
+    return not request.is_prefill_chunk
+
+
+def needs_decodes_first(running: Iterable[Request]) -> bool:
+    """Whether some decode sits behind two or more prefills in ``running``.
+
+    With one prefill ahead, the per-request threshold (= cap) leaves the
+    decodes' reserved slots in the budget. A second prefill ahead could take
+    them, so only then are decodes moved to the front.
+    """
+    num_prefills_ahead = 0
+    for request in running:
+        if not is_decoding(request):
+            num_prefills_ahead += 1
+        elif num_prefills_ahead >= 2:
+            return True
+    return False
+
+
+# NOTE: the mixin subclasses Scheduler so that both MROs work: DLFPAsyncScheduler
+# resolves to (mixin, AsyncScheduler, Scheduler), so super() in the mixin
+# reaches AsyncScheduler's hooks. (The ignore is for mypy runs that skip vLLM.)
+class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
+    """Caps prefill tokens while any request decodes; otherwise plain vLLM."""
+
+    # vLLM attributes this mixin overwrites per step, typed for mypy runs that skip vLLM.
+    max_num_scheduled_tokens: int
+    adaptive_long_prefill_threshold: bool
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.dlfp_config = read_dlfp_config(self.vllm_config.additional_config)
+        self.dlfp_controller = PrefillCapController.from_config(self.dlfp_config)
+        self._dlfp_steps: deque[StepRecord] = deque(maxlen=MAX_STEP_HISTORY)
+        if self.scheduler_config.async_scheduling != isinstance(self, AsyncScheduler):
+            logger.warning(
+                "%s does not match async_scheduling=%s; use scheduler_cls_name()",
+                type(self).__name__,
+                self.scheduler_config.async_scheduling,
+            )
+        self._warn_if_cap_exceeds_budget()
+        logger.info("DLFP scheduler %s with %s", type(self).__name__, self.dlfp_config)
+
+    def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
+        decodes = [request for request in self.running if is_decoding(request)]
+        cap_tokens = self.dlfp_controller.on_schedule(len(decodes))
+        if cap_tokens is None:
+            output = super().schedule(*args, **kwargs)
+        else:
+            output = self._schedule_capped(cap_tokens, len(decodes), *args, **kwargs)
+        num_scheduled = output.num_scheduled_tokens
+        num_decode_tokens = sum(num_scheduled.get(r.request_id, 0) for r in decodes)
+        record = self.dlfp_controller.on_scheduled(
+            output.total_num_scheduled_tokens - num_decode_tokens, num_decode_tokens
+        )
+        self._dlfp_steps.append(record)
+        return output
+
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+    ) -> dict[int, EngineCoreOutputs]:
+        # NOTE: first statement on purpose: the earliest point in the
+        # engine-core process where the step is known complete (after
+        # future.result()); our own output processing must not count.
+        self.dlfp_controller.on_step_done()
+        outputs: dict[int, EngineCoreOutputs] = super().update_from_output(
+            scheduler_output, model_runner_output
+        )
+        return outputs
+
+    def _schedule_capped(
+        self, cap_tokens: int, num_decoding: int, *args: Any, **kwargs: Any
+    ) -> SchedulerOutput:
+        config = self.scheduler_config
+        saved_budget = self.max_num_scheduled_tokens
+        saved_threshold = config.long_prefill_token_threshold
+        saved_adaptive = self.adaptive_long_prefill_threshold
+        # NOTE: budget = every decode's slots + the cap; the per-request
+        # threshold stops one prefill from taking the decodes' slots (vLLM's
+        # schedule() applies it to running and waiting requests alike). A decode
+        # that vLLM skips this step leaves its slot to prefill, so a step may
+        # hold a few tokens more than the cap in total, never one request.
+        num_decode_slots = num_decoding * (1 + self.num_spec_tokens)
+        self.max_num_scheduled_tokens = min(saved_budget, num_decode_slots + cap_tokens)
+        config.long_prefill_token_threshold = (
+            min(cap_tokens, saved_threshold) if saved_threshold > 0 else cap_tokens
+        )
+        # The adaptive floor would lift the threshold above the cap.
+        self.adaptive_long_prefill_threshold = False
+        original_running = self._move_decodes_first()
+        try:
+            return super().schedule(*args, **kwargs)
+        finally:
+            self.max_num_scheduled_tokens = saved_budget
+            config.long_prefill_token_threshold = saved_threshold
+            self.adaptive_long_prefill_threshold = saved_adaptive
+            if original_running is not None:
+                self._restore_running_order(original_running)
+
+    def _move_decodes_first(self) -> list[Request] | None:
+        """Stable-partition ``running`` into decodes then prefills, if needed.
+
+        Returns the original order to restore, or None if nothing moved.
+        """
+        if not needs_decodes_first(self.running):
+            return None
+        original = list(self.running)
+        # NOTE: FCFS preemption pops running[-1]; while reordered that is the
+        # newest prefill rather than the newest request. This only happens in
+        # the rare >=2-prefills-ahead case, and only under KV-cache pressure.
+        self.running[:] = [r for r in original if is_decoding(r)] + [
+            r for r in original if not is_decoding(r)
+        ]
+        return original
+
+    def _restore_running_order(self, original: list[Request]) -> None:
+        # schedule() may have popped (preempted) requests and appended newly
+        # admitted ones; keep survivors in their old order, new ones after.
+        position = {request.request_id: i for i, request in enumerate(original)}
+        survivors = [r for r in self.running if r.request_id in position]
+        survivors.sort(key=lambda r: position[r.request_id])
+        admitted = [r for r in self.running if r.request_id not in position]
+        self.running[:] = survivors + admitted
+
+    def _warn_if_cap_exceeds_budget(self) -> None:
+        if self.dlfp_config.max_cap_tokens > self.max_num_scheduled_tokens:
+            logger.warning(
+                "DLFP max_cap_tokens=%d exceeds the step budget %d; raise "
+                "max_num_batched_tokens for the cap to have any effect up there",
+                self.dlfp_config.max_cap_tokens,
+                self.max_num_scheduled_tokens,
+            )
+
+    # --- called from the engine-core utility methods (see channel) ---
+
+    def dlfp_get_state(self) -> dict[str, Any]:
+        """Controller state plus the settings in force, as plain types."""
+        return {
+            **self.dlfp_controller.state.to_dict(),
+            "config": self.dlfp_config.model_dump(mode="json"),
+            "scheduler_cls": type(self).__name__,
+            "async_scheduling": isinstance(self, AsyncScheduler),
+            "max_num_scheduled_tokens": self.max_num_scheduled_tokens,
+        }
+
+    def dlfp_apply_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        """Validate a whole ``DLFPConfig`` dict, apply it, return the new state.
+
+        Runs between steps on the engine-core thread, so the next ``schedule()``
+        sees it; steps already in flight become stale for the controller.
+        """
+        new_config = DLFPConfig.model_validate(config)
+        self.dlfp_controller.apply_config(new_config)
+        self.dlfp_config = new_config
+        self._warn_if_cap_exceeds_budget()
+        logger.info("DLFP config applied: %s", new_config)
+        return self.dlfp_get_state()
+
+    def dlfp_get_steps(self, since_step: int) -> list[dict[str, Any]]:
+        """Completed steps with ``step_index >= since_step``, oldest first."""
+        return [r.to_dict() for r in self._dlfp_steps if r.step_index >= since_step and r.is_done]
+
+
+class DLFPScheduler(DLFPSchedulerMixin):
+    """DLFP over vLLM's synchronous ``Scheduler`` (CPU, or async scheduling off)."""
+
+
+class DLFPAsyncScheduler(DLFPSchedulerMixin, AsyncScheduler):  # type: ignore[misc, unused-ignore]
+    """DLFP over vLLM's ``AsyncScheduler`` (GPU with async scheduling)."""
+
+
+def scheduler_cls_name(async_scheduling: bool | None) -> str:
+    """``scheduler_cls`` for a ``VllmConfig`` whose ``async_scheduling`` is final."""
+    cls = DLFPAsyncScheduler if async_scheduling else DLFPScheduler
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+channel.install_engine_core_utilities()

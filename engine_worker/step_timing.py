@@ -1,0 +1,145 @@
+"""Per-step timing: pairs each ``schedule()`` call with its completion.
+
+vLLM calls ``Scheduler.update_from_output`` exactly once per ``schedule()``
+call, in FIFO order, including steps that scheduled 0 tokens (see
+``Scheduler.__init__``: "update_from_output is called once per scheduled step
+in FIFO order"; ``EngineCore.step`` and ``step_with_batch_queue`` queue every
+scheduled step). So a FIFO of in-flight records matches completions to steps
+without any id. Two timings come out of it, one per feedback controller:
+
+- ``interval_s``: from this ``schedule()`` call to the next one (the paper's
+  signal; under async scheduling it mostly measures an *earlier* step).
+- ``busy_s``: ``done(k) - max(done(k-1), dispatched(k))``, the time the
+  executor spent on step k alone (the completion-timed signal).
+
+Pure Python: no vLLM import.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+
+def _to_ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
+@dataclass
+class StepRecord:
+    """One ``schedule()`` call and what became of it (times are monotonic seconds)."""
+
+    step_index: int
+    mode: str
+    """Controller mode the step was scheduled under."""
+    num_decoding: int
+    """Requests decoding when the step was scheduled."""
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    cap_tokens: int | None
+    """Prefill cap the step was scheduled under (None: uncapped)."""
+    cap_generation: int
+    """Controller cap generation at scheduling time; a mismatch marks the step stale."""
+    scheduled_at_s: float
+    dispatched_at_s: float
+    done_at_s: float | None = None
+    done_unix_s: float | None = None
+    interval_s: float | None = None
+    busy_s: float | None = None
+    is_feedback: bool = False
+    """Whether this step's observation was fed to the control law."""
+
+    @property
+    def is_mixed(self) -> bool:
+        """A step where prefill work shared the iteration with at least one decode."""
+        return self.num_decode_tokens > 0 and self.num_prefill_tokens > 0
+
+    @property
+    def is_done(self) -> bool:
+        return self.done_at_s is not None
+
+    def observation_s(self) -> float | None:
+        """The observation the step's own mode feeds back (None for off/fixed)."""
+        if self.mode == "dlfp":
+            return self.interval_s
+        if self.mode == "dlfp-ct":
+            return self.busy_s
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Telemetry view: plain JSON/msgpack types only."""
+        return {
+            "step_index": self.step_index,
+            "mode": self.mode,
+            "num_decoding": self.num_decoding,
+            "num_prefill_tokens": self.num_prefill_tokens,
+            "num_decode_tokens": self.num_decode_tokens,
+            "is_mixed": self.is_mixed,
+            "cap_tokens": self.cap_tokens,
+            "observation_ms": _to_ms(self.observation_s()),
+            "interval_ms": _to_ms(self.interval_s),
+            "busy_ms": _to_ms(self.busy_s),
+            "done_unix_s": self.done_unix_s,
+            "is_feedback": self.is_feedback,
+        }
+
+
+class StepTimeline:
+    """FIFO of in-flight steps; turns schedule/dispatch/done instants into timings."""
+
+    def __init__(self) -> None:
+        self._in_flight: deque[StepRecord] = deque()
+        self._last_scheduled: StepRecord | None = None
+        self._last_done_s: float | None = None
+        self._num_steps = 0
+
+    @property
+    def num_steps(self) -> int:
+        """Steps dispatched so far (also the index of the next step)."""
+        return self._num_steps
+
+    @property
+    def num_in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def close_interval(self, now_s: float) -> StepRecord | None:
+        """At a ``schedule()`` entry: end the previous step's scheduler-call interval.
+
+        Returns the step the interval is attributed to (the one scheduled at the
+        first of the two calls), or None before the first step.
+        """
+        previous = self._last_scheduled
+        if previous is None or previous.interval_s is not None:
+            return None
+        previous.interval_s = now_s - previous.scheduled_at_s
+        return previous
+
+    def dispatch(self, record: StepRecord) -> None:
+        """At a ``schedule()`` return: the step is handed to the executor."""
+        if record.step_index != self._num_steps:
+            raise ValueError(f"expected step {self._num_steps}, got {record.step_index}")
+        self._num_steps += 1
+        self._in_flight.append(record)
+        self._last_scheduled = record
+
+    def complete(self, now_s: float, now_unix_s: float) -> StepRecord | None:
+        """At ``update_from_output`` entry: the oldest in-flight step has finished.
+
+        Returns None if nothing is in flight (a completion without a matching
+        ``schedule()``, which vLLM never produces; ignored rather than raised so
+        telemetry cannot take the engine down).
+        """
+        if not self._in_flight:
+            return None
+        record = self._in_flight.popleft()
+        # NOTE: the executor runs steps one after another, so step k cannot
+        # start before step k-1 is done nor before it was dispatched.
+        started_s = record.dispatched_at_s
+        if self._last_done_s is not None:
+            started_s = max(started_s, self._last_done_s)
+        record.busy_s = max(now_s - started_s, 0.0)
+        record.done_at_s = now_s
+        record.done_unix_s = now_unix_s
+        self._last_done_s = now_s
+        return record

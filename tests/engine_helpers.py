@@ -1,0 +1,67 @@
+"""Helpers for the real-engine tier: prompts, streaming calls, admin calls, metrics."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import ADMIN_TOKEN, TINY_MODEL_NAME, Server
+from tests.http_helpers import sse_data, sse_json
+from tests.tiny_model import CORPUS
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+SENTENCES = [s.strip() + "." for s in CORPUS.replace("\n", " ").split(".") if s.strip()]
+
+
+def long_prompt(seed: int, num_chars: int) -> str:
+    """Distinct natural-language text (no prefix shared with another seed)."""
+    rng = random.Random(seed)
+    parts = [f"Report {seed}: {rng.choice(SENTENCES)}"]
+    while sum(len(p) for p in parts) < num_chars:
+        parts.append(rng.choice(SENTENCES))
+    return " ".join(parts)
+
+
+def chat_body(content: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
+    return {"model": TINY_MODEL_NAME, "messages": [{"role": "user", "content": content}],
+            "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, **extra}  # fmt: skip
+
+
+def stream_chat(server: Server, content: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
+    """One streamed chat completion; returns status, text, token count and Retry-After."""
+    body = chat_body(content, max_tokens, stream=True, stream_options={"include_usage": True}, **extra)
+    with httpx.Client(base_url=server.base_url, timeout=600) as client:
+        r = client.post("/v1/chat/completions", json=body)
+    result: dict[str, Any] = {"status": r.status_code, "retry_after": r.headers.get("retry-after")}
+    if r.status_code != 200:
+        result["error"] = r.json().get("error")
+        return result
+    chunks = sse_json(r.text)
+    result["done"] = sse_data(r.text)[-1] == "[DONE]"
+    result["text"] = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
+    usage = [c["usage"] for c in chunks if c.get("usage")]
+    result["completion_tokens"] = usage[-1]["completion_tokens"] if usage else None
+    return result
+
+
+def admin(server: Server, method: str, path: str = "/admin/dlfp", **kwargs: Any) -> httpx.Response:
+    with httpx.Client(base_url=server.base_url, timeout=60) as client:
+        return client.request(method, path, headers=ADMIN, **kwargs)
+
+
+def metrics(server: Server) -> dict[str, float]:
+    """Every sample of /metrics as ``name{labels}`` -> value."""
+    text = httpx.get(server.base_url + "/metrics", timeout=30).text
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()) if k != "le" or True)
+            out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return out
+
+
+def metric_sum(samples: dict[str, float], name: str) -> float:
+    return sum(v for k, v in samples.items() if k == name or k.startswith(name + "{"))

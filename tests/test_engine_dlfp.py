@@ -1,0 +1,115 @@
+"""DLFP on the real engine (CPU, tiny float32 model): runtime tuning through
+/admin/dlfp and token-for-token agreement between controller modes."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import Server
+from tests.engine_helpers import admin, long_prompt, stream_chat
+
+pytestmark = pytest.mark.engine
+
+SHORT = [f"Question {i}: what did the passengers see from the window of the train?" for i in range(8)]
+
+
+@pytest.fixture
+def restore_dlfp(gateway_server: Server) -> Iterator[dict[str, Any]]:
+    before = admin(gateway_server, "GET").json()["settings"]
+    yield before
+    assert admin(gateway_server, "PUT", json=before).status_code == 200
+
+
+def mixed_load(server: Server, tag: int, max_tokens: int = 400, num_long: int = 3) -> dict[str, str]:
+    """Short greedy streams, then long prompts landing while they decode."""
+    prompts = [f"{p} (run {tag})" for p in SHORT]
+    longs = [long_prompt(1000 * tag + i, 5000) for i in range(num_long)]
+    with concurrent.futures.ThreadPoolExecutor(len(prompts) + len(longs)) as pool:
+        futures = {p: pool.submit(stream_chat, server, p, max_tokens) for p in prompts}
+        time.sleep(0.1)  # the short streams are decoding by now (the tiny model is fast)
+        futures |= {p: pool.submit(stream_chat, server, p, max_tokens) for p in longs}
+        results = {p: f.result() for p, f in futures.items()}
+    for r in results.values():
+        assert r["status"] == 200 and r["completion_tokens"] == max_tokens, r
+    return {p: r["text"] for p, r in results.items()}
+
+
+def state(server: Server) -> dict[str, Any]:
+    body: dict[str, Any] = admin(server, "GET").json()
+    return body["state"]
+
+
+def test_admin_auth_on_real_server(gateway_server: Server) -> None:
+    with httpx.Client(base_url=gateway_server.base_url) as client:
+        assert client.get("/admin/dlfp").status_code == 401
+        assert client.get("/admin/dlfp", headers={"Authorization": "Bearer wrong"}).status_code == 403
+        assert client.patch("/admin/dlfp", json={"gain": 0.2}).status_code == 401
+
+
+def test_get_reads_engine_core_state(gateway_server: Server) -> None:
+    before = state(gateway_server)
+    stream_chat(gateway_server, "Say something about the fields.", 8)
+    after = state(gateway_server)
+    # Only the scheduler in the engine-core process counts steps.
+    assert after["num_steps"] > before["num_steps"]
+    assert after["settings_in_engine"] == admin(gateway_server, "GET").json()["settings"]
+
+
+def test_patch_target_moves_the_cap(gateway_server: Server, restore_dlfp: dict[str, Any]) -> None:
+    r = admin(gateway_server, "PATCH", json={"controller": "dlfp-ct", "target_ms": 1, "initial_cap_tokens": 256})
+    assert r.status_code == 200 and r.json()["state"]["controller"] == "dlfp-ct"
+    updates = state(gateway_server)["num_updates"]
+    mixed_load(gateway_server, tag=1)
+    tight = state(gateway_server)
+    assert tight["num_updates"] > updates
+    assert admin(gateway_server, "PATCH", json={"target_ms": 60_000}).status_code == 200
+    mixed_load(gateway_server, tag=2)
+    loose = state(gateway_server)
+    assert tight["cap_tokens"] < loose["cap_tokens"], (tight, loose)
+    assert tight["cap_tokens"] == restore_dlfp["min_cap_tokens"]
+
+
+def test_concurrent_patches_leave_consistent_state(gateway_server: Server, restore_dlfp: dict[str, Any]) -> None:
+    patches = [{"target_ms": 100 + i} for i in range(6)] + [{"gain": round(0.1 * (i + 1), 1)} for i in range(6)]
+    with concurrent.futures.ThreadPoolExecutor(len(patches)) as pool:
+        codes = list(pool.map(lambda p: admin(gateway_server, "PATCH", json=p).status_code, patches))
+    assert codes == [200] * len(patches)
+    final = admin(gateway_server, "GET").json()
+    assert final["settings"] == final["state"]["settings_in_engine"]
+    assert final["settings"]["target_ms"] in {100 + i for i in range(6)}
+    assert final["settings"]["gain"] in {round(0.1 * (i + 1), 1) for i in range(6)}
+
+
+def test_invalid_put_changes_nothing(gateway_server: Server, restore_dlfp: dict[str, Any]) -> None:
+    before = admin(gateway_server, "GET").json()
+    r = admin(gateway_server, "PUT", json=before["settings"] | {"min_cap_tokens": 2048})
+    assert r.status_code == 422 and "error" in r.json()
+    after = admin(gateway_server, "GET").json()
+    assert after["settings"] == before["settings"]
+    assert after["state"]["settings_in_engine"] == before["state"]["settings_in_engine"]
+
+
+def test_outputs_identical_with_controller_off_and_on(gateway_server: Server, restore_dlfp: dict[str, Any]) -> None:
+    """The controller changes when tokens are computed, never which (greedy, float32)."""
+    outputs = {}
+    modes = {
+        "off": {"controller": "off"},
+        "fixed": {"controller": "fixed", "fixed_cap_tokens": 32},
+        "dlfp-ct": {"controller": "dlfp-ct", "target_ms": 1},
+        "dlfp": {"controller": "dlfp", "target_ms": 1},
+    }
+    for name, patch in modes.items():
+        assert admin(gateway_server, "PATCH", json=patch).status_code == 200
+        mixed_before = state(gateway_server)["num_mixed_steps"]
+        outputs[name] = mixed_load(gateway_server, tag=7)
+        if name != "off":
+            assert state(gateway_server)["num_mixed_steps"] > mixed_before + 10, name
+    for name in ("fixed", "dlfp-ct", "dlfp"):
+        differing = [p[:40] for p in outputs["off"] if outputs["off"][p] != outputs[name][p]]
+        assert differing == [], (name, differing)

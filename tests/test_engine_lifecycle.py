@@ -1,0 +1,95 @@
+"""Process lifecycle on the real engine: drain on SIGTERM, exit on engine death.
+
+Each test starts a gateway of its own (it ends the process), on the tiny model.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from tests.conftest import TINY_MODEL_NAME, Server, start_server, stop_server
+from tests.engine_helpers import chat_body
+from tests.http_helpers import sse_data, sse_json
+
+pytestmark = pytest.mark.engine
+
+
+def _own_server(name: str, model_dir: Path) -> Server:
+    return start_server(name, {
+        "DLFP_MODEL": str(model_dir), "DLFP_SERVED_MODEL_NAME": TINY_MODEL_NAME,
+        "DLFP_DTYPE": "float32", "DLFP_DEVICE": "cpu", "DLFP_KV_CACHE_GIB": "1", "DLFP_DRAIN_S": "60",
+    })  # fmt: skip
+
+
+def _stream_in_thread(server: Server, max_tokens: int, out: dict[str, Any], started: threading.Event) -> None:
+    body = chat_body("Tell me a long story about the station.", max_tokens, stream=True,
+                     stream_options={"include_usage": True})  # fmt: skip
+    lines = []
+    try:
+        with httpx.Client(base_url=server.base_url, timeout=300) as client, \
+                client.stream("POST", "/v1/chat/completions", json=body) as r:  # fmt: skip
+            out["status"] = r.status_code
+            for line in r.iter_lines():
+                lines.append(line)
+                if line.startswith("data: ") and len(lines) > 4:
+                    started.set()
+    except httpx.HTTPError as exc:
+        out["error"] = repr(exc)
+    finally:
+        started.set()
+        out["text"] = "\n".join(lines)
+
+
+def test_sigterm_drains_streams_and_exits_zero(tiny_model_dir: Path) -> None:
+    server = _own_server("drain-gateway", tiny_model_dir)
+    try:
+        out: dict[str, Any] = {}
+        started = threading.Event()
+        worker = threading.Thread(target=_stream_in_thread, args=(server, 1500, out, started))
+        worker.start()
+        assert started.wait(120)
+        server.process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        with httpx.Client(base_url=server.base_url, timeout=30) as client:
+            refused = client.post("/v1/chat/completions", json=chat_body("hello", 4))
+            ready = client.get("/ready")
+        assert refused.status_code == 503 and "retry-after" in refused.headers
+        assert ready.status_code == 503
+        worker.join(300)
+        assert out.get("status") == 200, out
+        assert sse_data(out["text"])[-1] == "[DONE]"
+        usage = [c["usage"] for c in sse_json(out["text"]) if c.get("usage")]
+        assert usage and usage[-1]["completion_tokens"] == 1500
+        assert server.process.wait(120) == 0
+        assert "drain_done" in server.log()
+    finally:
+        stop_server(server)
+
+
+def test_engine_death_fails_fast_and_exits_nonzero(tiny_model_dir: Path) -> None:
+    server = _own_server("death-gateway", tiny_model_dir)
+    try:
+        children = psutil.Process(server.process.pid).children(recursive=True)
+        cores = [p for p in children if "EngineCore" in " ".join([p.name(), *p.cmdline()])]
+        assert cores, [p.name() for p in children]
+        for proc in cores:
+            proc.kill()
+        deadline = time.monotonic() + 20
+        with httpx.Client(base_url=server.base_url, timeout=30) as client:
+            while client.get("/ready").status_code != 503 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert client.get("/ready").status_code == 503
+            t0 = time.monotonic()
+            r = client.post("/v1/chat/completions", json=chat_body("hello", 4))
+            assert r.status_code == 503 and time.monotonic() - t0 < 5
+        assert server.process.wait(120) != 0
+    finally:
+        stop_server(server)

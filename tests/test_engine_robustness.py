@@ -1,0 +1,153 @@
+"""Overload, disconnects and fuzzing on the real engine; nothing may be lost."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from tests.conftest import TINY_MODEL_NAME, Server
+from tests.engine_helpers import admin, chat_body, long_prompt, metric_sum, metrics
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture
+def tight_admission(gateway_server: Server) -> Iterator[None]:
+    before = admin(gateway_server, "GET", "/admin/admission").json()["settings"]
+    r = admin(gateway_server, "PATCH", "/admin/admission",
+              json={"max_concurrent": 2, "max_queue": 3, "max_queue_wait_s": 8})  # fmt: skip
+    assert r.status_code == 200
+    yield
+    assert admin(gateway_server, "PATCH", "/admin/admission", json=before).status_code == 200
+
+
+def wait_idle(server: Server, timeout_s: float = 60) -> dict[str, float]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        m = metrics(server)
+        idle = (m["dlfp_active_requests"] == 0 and m["dlfp_queued_requests"] == 0
+                and metric_sum(m, "vllm:num_requests_running") == 0
+                and metric_sum(m, "vllm:num_requests_waiting") == 0)  # fmt: skip
+        if idle or time.monotonic() > deadline:
+            return m
+        time.sleep(0.5)
+
+
+def rss_mb(server: Server) -> float:
+    return float(psutil.Process(server.process.pid).memory_info().rss) / 2**20
+
+
+async def _one(client: httpx.AsyncClient, body: dict[str, Any], delay_s: float) -> dict[str, Any]:
+    await asyncio.sleep(delay_s)
+    async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+        text = (await r.aread()).decode()
+        return {"status": r.status_code, "retry_after": r.headers.get("retry-after"), "text": text}
+
+
+def test_poisson_burst_over_capacity(gateway_server: Server, tight_admission: None) -> None:
+    rng = random.Random(11)
+    arrivals, t = [], 0.0
+    for _ in range(24):
+        t += rng.expovariate(20.0)  # 20 req/s offered; 2 streams of ~1 s each serve ~2 req/s
+        arrivals.append(t)
+    bodies = [chat_body(long_prompt(500 + i, 800), 256, stream=True, stream_options={"include_usage": True})
+              for i in range(len(arrivals))]  # fmt: skip
+    rss_before = rss_mb(gateway_server)
+
+    async def burst() -> list[dict[str, Any]]:
+        async with httpx.AsyncClient(base_url=gateway_server.base_url, timeout=300) as client:
+            return await asyncio.gather(*[_one(client, b, d) for b, d in zip(bodies, arrivals, strict=True)])
+
+    results = asyncio.run(burst())
+    completed = 0
+    for r in results:
+        if r["status"] == 200:
+            assert r["text"].rstrip().endswith("data: [DONE]"), r["text"][-300:]
+            assert '"completion_tokens":256' in r["text"]
+            completed += 1
+        else:
+            assert r["status"] in (429, 503) and r["retry_after"] is not None, r
+    assert completed >= 2 and completed < len(results)
+    m = wait_idle(gateway_server)
+    assert m["dlfp_active_requests"] == 0 and m["dlfp_queued_requests"] == 0
+    assert metric_sum(m, "vllm:num_requests_running") == 0
+    # Still serving, and memory back near where it was.
+    ok = httpx.post(gateway_server.base_url + "/v1/chat/completions", json=chat_body("Still there?", 4), timeout=120)
+    assert ok.status_code == 200
+    assert rss_mb(gateway_server) < rss_before + 200
+
+
+def test_disconnects_at_random_points_leave_nothing_running(gateway_server: Server, tight_admission: None) -> None:
+    rng = random.Random(5)
+
+    async def leave_after(client: httpx.AsyncClient, i: int) -> None:
+        body = chat_body(long_prompt(900 + i, 600), 400, stream=True)
+        stop_after = rng.choice([0, 1, 3, 10])  # 0 = leave before the first event (often while queued)
+        try:
+            async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+                seen = 0
+                async for line in r.aiter_lines():
+                    if line.startswith("data: "):
+                        seen += 1
+                    if seen >= stop_after:
+                        return
+        except httpx.HTTPError:
+            pass
+
+    async def run() -> None:
+        async with httpx.AsyncClient(base_url=gateway_server.base_url, timeout=30) as client:
+            tasks = [asyncio.create_task(leave_after(client, i)) for i in range(10)]
+            await asyncio.sleep(0.2)
+            for task in tasks[::3]:
+                task.cancel()  # abrupt: cancelled mid-request
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(run())
+    m = wait_idle(gateway_server)
+    assert m["dlfp_active_requests"] == 0 and m["dlfp_queued_requests"] == 0
+    assert metric_sum(m, "vllm:num_requests_running") == 0
+    view = admin(gateway_server, "GET", "/admin/admission").json()
+    assert view["state"]["num_active"] == 0 and view["state"]["num_queued"] == 0
+
+
+def test_schemathesis_finds_no_500(gateway_server: Server) -> None:
+    import schemathesis
+    from hypothesis import HealthCheck, settings
+
+    raw = httpx.get(gateway_server.base_url + "/openapi.json", timeout=30).json()
+    # Bound generation so a fuzz run stays short on the CPU.
+    for name in ("ChatCompletionRequest", "CompletionRequest"):
+        props = raw["components"]["schemas"][name]["properties"]
+        for key in ("max_tokens", "max_completion_tokens"):
+            if key in props:
+                props[key] = {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 8}, {"type": "null"}]}
+        props["model"] = {"type": "string", "enum": [TINY_MODEL_NAME, "no-such-model"]}
+        props["n"] = {"type": "integer", "minimum": 1, "maximum": 2}
+    schema = schemathesis.openapi.from_dict(raw)
+    failures: list[str] = []
+    for operation in schema.get_all_operations():
+        op = operation.ok()
+        if op.path.startswith("/admin") or op.path in ("/dashboard",):
+            continue
+
+        @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(case=op.as_strategy())
+        def check(case: Any) -> None:
+            response = case.call(base_url=gateway_server.base_url, timeout=120)
+            if response.status_code >= 500:
+                failures.append(f"{op.method} {op.path} -> {response.status_code}: {response.text[:200]}")
+            if response.headers.get("content-type", "").startswith("application/json"):
+                try:
+                    case.validate_response(response, checks=[schemathesis.checks.response_schema_conformance])
+                except Exception as exc:  # schemathesis raises its own failure group
+                    failures.append(f"{op.method} {op.path}: schema violation {str(exc)[:300]}")
+
+        check()
+    assert failures == []
