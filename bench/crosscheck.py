@@ -34,7 +34,7 @@ from bench import options
 from bench.loadgen import Arm, RunConfig, run_trial
 from bench.records import Trial, trial_path, write_trial
 from bench.report import fmt, format_table
-from bench.stats import Summary, percentile, summarize
+from bench.stats import e2e_s, percentile, request_gaps, summarize, ttft_s
 from bench.tokens import load_counter
 from bench.workload import RequestSpec, build_workload
 
@@ -115,31 +115,66 @@ def run_vllm_client(argv: list[str], api_key: str | None) -> dict[str, Any]:
     return result
 
 
-def relative_diffs(harness: Summary, vllm: dict[str, Any]) -> dict[str, dict[str, float | None]]:
-    """``{"itl_p99": {"harness_ms", "vllm_ms", "rel_diff"}}`` for every metric and percentile."""
-    out: dict[str, dict[str, float | None]] = {}
-    for metric in METRICS:
-        for q in QUANTILES:
-            mine, theirs = (
-                harness.get(f"{metric}_p{q}_ms"),
-                vllm.get(f"p{q}_{VLLM_NAMES[metric]}_ms"),
-            )
-            diff = None
-            if isinstance(mine, (int, float)) and isinstance(theirs, (int, float)) and theirs:
-                diff = (mine - theirs) / theirs
-            out[f"{metric}_p{q}"] = {"harness_ms": mine, "vllm_ms": theirs, "rel_diff": diff}
+PerRequest = dict[int, tuple[float, list[float], float]]
+"""Request index -> (TTFT s, inter-token gaps s, E2E s), successful requests only."""
+
+
+def vllm_requests(result: dict[str, Any]) -> PerRequest:
+    """vLLM's own per-request measurements (``--save-detailed``), in the trace's order."""
+    errors = list(result.get("errors") or [])
+    rows = zip(result.get("ttfts") or [], result.get("itls") or [], result.get("latencies") or [],
+               strict=False)  # fmt: skip
+    return {i: (float(t), [float(g) for g in itl], float(e2e))
+            for i, (t, itl, e2e) in enumerate(rows)
+            if not (errors[i] if i < len(errors) else None)}  # fmt: skip
+
+
+def harness_requests(trial: Trial) -> PerRequest:
+    out: PerRequest = {}
+    for r in trial.measured:
+        ttft, e2e = ttft_s(r), e2e_s(r)
+        if r.is_ok and ttft is not None and e2e is not None:
+            out[r.index] = (ttft, request_gaps(r), e2e)
     return out
 
 
-def same_data_diffs(vllm: dict[str, Any]) -> dict[str, float | None]:
-    """vLLM's own raw lists through this harness's percentile: must match vLLM's figures."""
-    raw = {"ttft": vllm.get("ttfts") or [], "itl": [g for r in vllm.get("itls") or [] for g in r]}
+def figures(requests: PerRequest, indices: list[int]) -> dict[str, float | None]:
+    """``{"itl_p99": ms, ...}`` over the given requests (ITL gaps pooled)."""
+    values = {
+        "ttft": [requests[i][0] for i in indices],
+        "itl": [g for i in indices for g in requests[i][1]],
+        "e2e": [requests[i][2] for i in indices],
+    }
     out: dict[str, float | None] = {}
-    for metric, values in raw.items():
+    for metric in METRICS:
         for q in QUANTILES:
-            mine, theirs = percentile(values, q), vllm.get(f"p{q}_{metric}_ms")
-            ok = mine is not None and isinstance(theirs, (int, float)) and theirs
-            out[f"{metric}_p{q}"] = (mine * 1000 - theirs) / theirs if ok else None  # type: ignore[operator]
+            value = percentile(values[metric], q)
+            out[f"{metric}_p{q}"] = None if value is None else value * 1000
+    return out
+
+
+def relative_diffs(
+    harness: dict[str, float | None], vllm: dict[str, float | None]
+) -> dict[str, dict[str, float | None]]:
+    """``{"itl_p99": {"harness_ms", "vllm_ms", "rel_diff"}}`` for every metric and percentile."""
+    out: dict[str, dict[str, float | None]] = {}
+    for key, theirs in vllm.items():
+        mine = harness.get(key)
+        diff = (mine - theirs) / theirs if mine is not None and theirs else None
+        out[key] = {"harness_ms": mine, "vllm_ms": theirs, "rel_diff": diff}
+    return out
+
+
+def same_data_diffs(result: dict[str, Any]) -> dict[str, float | None]:
+    """vLLM's raw lists through this harness's percentile, against vLLM's reported figures."""
+    requests = vllm_requests(result)
+    mine = figures(requests, sorted(requests))
+    out: dict[str, float | None] = {}
+    for key, value in mine.items():
+        metric, q = key.split("_p")
+        theirs = result.get(f"p{q}_{VLLM_NAMES[metric]}_ms")
+        ok = value is not None and isinstance(theirs, (int, float)) and theirs
+        out[key] = (value - theirs) / theirs if ok else None  # type: ignore[operator]
     return out
 
 
@@ -217,17 +252,19 @@ def main(args: argparse.Namespace) -> int:
     write_trial(trial_path(out, "harness", args.seed), trial)
     vllm_result = vllm_result or run_vllm_client(argv, args.api_key)
 
-    harness = summarize([trial], options.slo_from(args))
-    diffs, same = relative_diffs(harness, vllm_result), same_data_diffs(vllm_result)
+    mine, theirs = harness_requests(trial), vllm_requests(vllm_result)
+    # NOTE: compare like with like: the requests that both clients completed.
+    common = sorted(mine.keys() & theirs.keys())
+    diffs = relative_diffs(figures(mine, common), figures(theirs, common))
+    same = same_data_diffs(vllm_result)
     table, ok = _format(diffs, same, args.tolerance)
     print(table)
-    print(
-        f"harness: {harness['num_ok']}/{harness['num_requests']} ok; vLLM client: "
-        f"{vllm_result.get('completed')} completed, {vllm_result.get('failed')} failed"
-    )
+    print(f"compared on the {len(common)} of {len(specs)} requests both clients completed "
+          f"(harness {len(mine)}, vLLM client {len(theirs)})")  # fmt: skip
     report = {
         "argv_vllm": argv,
-        "harness": harness,
+        "harness": summarize([trial], options.slo_from(args)),
+        "common_requests": common,
         "vllm": vllm_result,
         "diffs": diffs,
         "same_data_diffs": same,

@@ -303,7 +303,7 @@ def test_vllm_server_command_line() -> None:
 
 
 def test_crosscheck_trace_replays_the_schedule(tmp_path: Path) -> None:
-    from bench.crosscheck import relative_diffs, same_data_diffs, write_trace
+    from bench.crosscheck import relative_diffs, same_data_diffs, vllm_requests, write_trace
 
     specs = build_workload(WorkloadConfig(5, 0, 1.0), 801, CharCounter())
     write_trace(specs, 32, 801, tmp_path / "trace.jsonl")
@@ -313,13 +313,18 @@ def test_crosscheck_trace_replays_the_schedule(tmp_path: Path) -> None:
     hash_ids = [h for x in lines for h in x["hash_ids"]]
     assert len(hash_ids) == len(set(hash_ids))  # no shared chunk: no prefix-cache hit
 
-    diffs = relative_diffs({"itl_p99_ms": 110.0}, {"p99_itl_ms": 100.0})
+    diffs = relative_diffs(
+        {"itl_p99": 110.0, "ttft_p50": None}, {"itl_p99": 100.0, "ttft_p50": 5.0}
+    )
     assert diffs["itl_p99"]["rel_diff"] == pytest.approx(0.10)
     assert diffs["ttft_p50"]["rel_diff"] is None
-    itls = [[0.01, 0.03], [0.02]]
-    vllm = {
-        "ttfts": [0.5, 0.7],
-        "itls": itls,
-        "p99_itl_ms": float(np.percentile([0.01, 0.03, 0.02], 99)) * 1000,
-    }
-    assert same_data_diffs(vllm)["itl_p99"] == pytest.approx(0.0)
+    # vLLM's raw lists (a failed request has ttft 0 and no gaps) against its own figures.
+    itls = [[0.01, 0.03], [], [0.02]]
+    gaps = [0.01, 0.03, 0.02]
+    vllm = {"ttfts": [0.5, 0.0, 0.7], "itls": itls, "latencies": [0.54, 0.0, 0.72],
+            "errors": ["", "Never received a valid chunk", ""],
+            "p99_itl_ms": float(np.percentile(gaps, 99)) * 1000,
+            "p50_ttft_ms": float(np.percentile([0.5, 0.7], 50)) * 1000}  # fmt: skip
+    assert sorted(vllm_requests(vllm)) == [0, 2]
+    same = same_data_diffs(vllm)
+    assert same["itl_p99"] == pytest.approx(0.0) and same["ttft_p50"] == pytest.approx(0.0)
