@@ -7,8 +7,10 @@ schedule as a ``timed_trace`` of random token ids (distinct from the harness's
 prompts, so neither run warms the prefix cache for the other). The TTFT, ITL and
 E2E percentiles of the two runs are then compared; the target is within 10%.
 
-A second check feeds vLLM's own raw TTFT/ITL lists to this harness's percentile
-function: those figures must agree exactly (same data, same interpolation).
+The percentiles are compared over the requests both clients completed: vLLM
+0.32's client loses a stream that carries an SSE comment (the gateway's keep-alive)
+before its first token. A second check feeds vLLM's own raw lists to this
+harness's percentile function: those figures must agree exactly with vLLM's.
 
 vLLM counts one ITL gap per chunk; the harness counts one per token (zero gaps
 inside multi-token chunks). With one token per chunk, as vLLM and the gateway
@@ -122,11 +124,17 @@ PerRequest = dict[int, tuple[float, list[float], float]]
 def vllm_requests(result: dict[str, Any]) -> PerRequest:
     """vLLM's own per-request measurements (``--save-detailed``), in the trace's order."""
     errors = list(result.get("errors") or [])
-    rows = zip(result.get("ttfts") or [], result.get("itls") or [], result.get("latencies") or [],
-               strict=False)  # fmt: skip
-    return {i: (float(t), [float(g) for g in itl], float(e2e))
-            for i, (t, itl, e2e) in enumerate(rows)
-            if not (errors[i] if i < len(errors) else None)}  # fmt: skip
+    rows = zip(
+        result.get("ttfts") or [],
+        result.get("itls") or [],
+        result.get("latencies") or [],
+        strict=False,
+    )
+    return {
+        i: (float(t), [float(g) for g in itl], float(e2e))
+        for i, (t, itl, e2e) in enumerate(rows)
+        if not (errors[i] if i < len(errors) else None)
+    }
 
 
 def harness_requests(trial: Trial) -> PerRequest:
@@ -259,8 +267,10 @@ def main(args: argparse.Namespace) -> int:
     same = same_data_diffs(vllm_result)
     table, ok = _format(diffs, same, args.tolerance)
     print(table)
-    print(f"compared on the {len(common)} of {len(specs)} requests both clients completed "
-          f"(harness {len(mine)}, vLLM client {len(theirs)})")  # fmt: skip
+    print(
+        f"compared on the {len(common)} of {len(specs)} requests both clients completed "
+        f"(harness {len(mine)}, vLLM client {len(theirs)})"
+    )
     report = {
         "argv_vllm": argv,
         "harness": summarize([trial], options.slo_from(args)),

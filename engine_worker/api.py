@@ -109,6 +109,7 @@ class Engine(Protocol):
         prompt_token_ids: list[int],
         options: SamplingOptions,
         priority: int = 0,
+        cache_salt: str | None = None,
     ) -> AsyncIterator[GenerationChunk]:
         """Validate and enqueue; raises InvalidRequestError before anything streams."""
         ...

@@ -297,7 +297,11 @@ class PrefillCapController:
         record.is_feedback = True
 
     def _set_cap(
-        self, cap_tokens: int | None, *, exact: float | None = None, force_new_generation: bool = False
+        self,
+        cap_tokens: int | None,
+        *,
+        exact: float | None = None,
+        force_new_generation: bool = False,
     ) -> None:
         # NOTE: a new generation marks every in-flight step stale. An unchanged
         # cap keeps the generation: those steps still measure the cap in force.

@@ -67,13 +67,19 @@ def _engine_args(spec: EngineSpec) -> Any:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     argv = [
-        "--model", spec.model,
-        "--served-model-name", spec.served_model_name,
-        "--max-model-len", str(spec.max_model_len),
-        "--max-num-batched-tokens", str(spec.max_num_batched_tokens),
-        "--max-num-seqs", str(spec.max_num_seqs),
-        "--dtype", spec.dtype,
-    ]  # fmt: skip
+        "--model",
+        spec.model,
+        "--served-model-name",
+        spec.served_model_name,
+        "--max-model-len",
+        str(spec.max_model_len),
+        "--max-num-batched-tokens",
+        str(spec.max_num_batched_tokens),
+        "--max-num-seqs",
+        str(spec.max_num_seqs),
+        "--dtype",
+        spec.dtype,
+    ]
     if spec.device == "cpu":
         argv.append("--enforce-eager")
     if "structured_outputs_config" not in spec.engine_args:
@@ -259,15 +265,17 @@ class VLLMEngine:
         prompt_token_ids: list[int],
         options: SamplingOptions,
         priority: int = 0,
+        cache_salt: str | None = None,
     ) -> AsyncIterator[GenerationChunk]:
         from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDead
 
         llm = self._require()
+        prompt: dict[str, Any] = {"prompt_token_ids": prompt_token_ids}
+        if cache_salt is not None:
+            prompt["cache_salt"] = cache_salt
         try:
             params = _sampling_params(options)
-            collector = await llm.add_request(
-                request_id, {"prompt_token_ids": prompt_token_ids}, params, priority=priority
-            )
+            collector = await llm.add_request(request_id, prompt, params, priority=priority)
         except VLLMEngineDead as exc:
             raise EngineDeadError(str(exc)) from exc
         except (ValueError, TypeError) as exc:
@@ -315,4 +323,3 @@ class VLLMEngine:
     async def get_dlfp_steps(self, since_step: int) -> list[dict[str, Any]]:
         steps: list[dict[str, Any]] = await self._dlfp().get_steps(since_step)
         return steps
-

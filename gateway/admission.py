@@ -40,7 +40,6 @@ class AdmissionLimits(BaseModel):
     """Measured first tokens needed before the SLO check trusts its throughput."""
 
 
-
 class AdmissionRejected(Exception):
     """Turned away; ``reason`` is a ``dlfp_admission_rejections_total`` label."""
 
@@ -90,7 +89,9 @@ class _Rate:
         if seconds <= 0:
             return
         rate = amount / seconds
-        self.value = rate if self.value is None else self.alpha * rate + (1 - self.alpha) * self.value
+        self.value = (
+            rate if self.value is None else self.alpha * rate + (1 - self.alpha) * self.value
+        )
         self.samples += 1
 
 
@@ -99,7 +100,9 @@ def _granted(future: asyncio.Future[None]) -> bool:
 
 
 class Admission:
-    def __init__(self, limits: AdmissionLimits, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, limits: AdmissionLimits, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.limits = limits
         self._clock = clock
         self._active = 0
@@ -131,7 +134,9 @@ class Admission:
         rate = self.prefill_rate.value
         if rate is None or self.prefill_rate.samples < self.limits.min_slo_samples:
             return None
-        ahead = self._pending_prefill + sum(w.prefill_tokens for w in self._queue if w.priority <= priority)
+        ahead = self._pending_prefill + sum(
+            w.prefill_tokens for w in self._queue if w.priority <= priority
+        )
         return (ahead + prefill_tokens) / rate
 
     def update_limits(self, limits: AdmissionLimits) -> None:
@@ -161,14 +166,20 @@ class Admission:
             self._record_release()
             self._wake()
 
-    def _check_admissible(self, prefill_tokens: int, priority: int, ttft_slo_s: float | None) -> None:
+    def _check_admissible(
+        self, prefill_tokens: int, priority: int, ttft_slo_s: float | None
+    ) -> None:
         if self.draining:
-            raise AdmissionRejected("draining", "the gateway is shutting down", self.retry_after_s())
+            raise AdmissionRejected(
+                "draining", "the gateway is shutting down", self.retry_after_s()
+            )
         if self._active >= self.limits.max_concurrent or self._queue:
             if self.limits.max_queue == 0:
                 raise AdmissionRejected("concurrency", "all streams are busy", self.retry_after_s())
             if len(self._queue) >= self.limits.max_queue:
-                raise AdmissionRejected("queue_full", "the wait queue is full", self.retry_after_s())
+                raise AdmissionRejected(
+                    "queue_full", "the wait queue is full", self.retry_after_s()
+                )
         if self.limits.slo_check and ttft_slo_s is not None:
             predicted = self.predicted_ttft_s(prefill_tokens, priority)
             if predicted is not None and predicted > ttft_slo_s:
@@ -181,8 +192,9 @@ class Admission:
 
     async def _wait(self, prefill_tokens: int, priority: int) -> None:
         """Queue until ``_wake`` reserves a slot for us (it counts it in ``_active``)."""
-        waiter = _Waiter(priority, next(self._seq), prefill_tokens,
-                         asyncio.get_running_loop().create_future())  # fmt: skip
+        waiter = _Waiter(
+            priority, next(self._seq), prefill_tokens, asyncio.get_running_loop().create_future()
+        )
         heapq.heappush(self._queue, waiter)
         try:
             done, _ = await asyncio.wait({waiter.future}, timeout=self.limits.max_queue_wait_s)

@@ -47,8 +47,12 @@ def require_api_key(request: Request) -> None:
         return
     token = _bearer(request)
     if token is None or not any(hmac.compare_digest(token, key) for key in keys):
-        raise APIError(401, "a valid API key is required (Authorization: Bearer ...)",
-                       code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+        raise APIError(
+            401,
+            "a valid API key is required (Authorization: Bearer ...)",
+            code="invalid_api_key",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
 
 
 def require_admin(request: Request) -> str:
@@ -57,12 +61,17 @@ def require_admin(request: Request) -> str:
     if secret is None:
         if _is_loopback(request):
             return f"loopback:{request.client.host if request.client else '?'}"
-        raise APIError(403, "admin is open to loopback only: set DLFP_ADMIN_TOKEN",
-                       code="forbidden")  # fmt: skip
+        raise APIError(
+            403, "admin is open to loopback only: set DLFP_ADMIN_TOKEN", code="forbidden"
+        )
     token = _bearer(request)
     if token is None:
-        raise APIError(401, "admin requires Authorization: Bearer <DLFP_ADMIN_TOKEN>",
-                       code="unauthorized", headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+        raise APIError(
+            401,
+            "admin requires Authorization: Bearer <DLFP_ADMIN_TOKEN>",
+            code="unauthorized",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
     if not hmac.compare_digest(token, secret.get_secret_value()):
         raise APIError(403, "wrong admin token", code="forbidden")
     return "admin-token"

@@ -67,7 +67,9 @@ class APIError(Exception):
     def body(self) -> dict[str, Any]:
         detail = ErrorDetail(
             message=self.message,
-            type=_TYPES.get(self.status, "server_error" if self.status >= 500 else "invalid_request_error"),
+            type=_TYPES.get(
+                self.status, "server_error" if self.status >= 500 else "invalid_request_error"
+            ),
             param=self.param,
             code=self.code,
         )

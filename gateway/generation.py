@@ -33,6 +33,7 @@ class PreparedRequest:
     prompt_token_ids: list[int]
     options: SamplingOptions
     priority: int = 0
+    cache_salt: str | None = None
 
 
 @dataclass
@@ -80,7 +81,7 @@ class Generation:
             # vLLM refuses a priority unless it runs priority scheduling.
             priority = r.priority if self.engine.info.extra.get("priority_scheduling") else 0
             self._stream = await self.engine.submit(
-                r.request_id, r.prompt_token_ids, r.options, priority
+                r.request_id, r.prompt_token_ids, r.options, priority, r.cache_salt
             )
         except BaseException:
             await self._release_slot()
@@ -140,8 +141,11 @@ class Generation:
         self._closed = True
         stream, self._stream = self._stream, None
         if stream is not None and hasattr(stream, "aclose"):
-            # Closing the engine stream aborts the engine request if it is unfinished.
-            await asyncio.shield(stream.aclose())
+            await stream.aclose()
+        if stream is not None and self.outcome != "ok":
+            # NOTE: closing a stream that never started runs none of its cleanup,
+            # so abort explicitly; vLLM ignores an abort of a finished request.
+            await self.engine.abort(self.request.request_id)
         if stream is not None:
             self.metrics.active_requests.dec()
             end = self.stats.last_token_s or self._clock()

@@ -15,16 +15,57 @@ from prometheus_client.exposition import generate_latest
 
 # Dense around the CPU and GPU ITL targets: every 10 ms from 10 to 200 ms.
 DEFAULT_ITL_BUCKETS_S: tuple[float, ...] = (
-    0.005, *(round(0.01 * i, 3) for i in range(1, 21)),
-    0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0,
-)  # fmt: skip
+    0.005,
+    *(round(0.01 * i, 3) for i in range(1, 21)),
+    0.25,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    1.5,
+    2.0,
+    3.0,
+    5.0,
+    10.0,
+)
 DEFAULT_TTFT_BUCKETS_S: tuple[float, ...] = (
-    0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
-    15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0,
-)  # fmt: skip
+    0.05,
+    0.1,
+    0.2,
+    0.3,
+    0.5,
+    0.75,
+    1.0,
+    1.5,
+    2.0,
+    3.0,
+    5.0,
+    7.5,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    45.0,
+    60.0,
+    90.0,
+    120.0,
+)
 REQUEST_BUCKETS_S: tuple[float, ...] = (
-    0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
-)  # fmt: skip
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.0,
+    5.0,
+    10.0,
+    20.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+)
 
 OUTCOMES = ("ok", "client_error", "shed", "aborted", "server_error")
 REJECTION_REASONS = ("concurrency", "queue_full", "queue_timeout", "slo", "draining")
@@ -98,7 +139,9 @@ def build_metrics(
             registry=r,
         ),
         requests=requests,
-        prompt_tokens=Counter("dlfp_prompt_tokens", "Prompt tokens of admitted requests.", registry=r),
+        prompt_tokens=Counter(
+            "dlfp_prompt_tokens", "Prompt tokens of admitted requests.", registry=r
+        ),
         generation_tokens=Counter(
             "dlfp_generation_tokens", "Tokens generated and sent to clients.", registry=r
         ),

@@ -8,12 +8,13 @@ import time
 import uuid
 from typing import Any
 
+import anyio
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import APIError
-from gateway.metrics import GatewayMetrics
 from gateway.logs import request_id_var
+from gateway.metrics import GatewayMetrics
 
 logger = logging.getLogger("dlfp.http")
 
@@ -59,20 +60,31 @@ class RequestContextMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                raw = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
+                raw = [
+                    (k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"
+                ]
                 message["headers"] = [*raw, (b"x-request-id", request_id.encode())]
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_id)
         finally:
+            generation = state.get("generation")
+            if generation is not None:
+                # NOTE: the safety net for a stream whose body never ran (the client
+                # left before the first event): close() is idempotent and aborts the
+                # engine request and frees the slot. Shielded: we may be cancelled.
+                with anyio.CancelScope(shield=True):
+                    await generation.close()
             self._record(scope, state, status, arrival)
             request_id_var.reset(token)
 
     def _record(self, scope: Scope, state: dict[str, Any], status: int, arrival: float) -> None:
         path = scope.get("path", "")
         generation = state.get("generation")
-        outcome = generation.outcome if generation is not None and status < 400 else _outcome(status)
+        outcome = (
+            generation.outcome if generation is not None and status < 400 else _outcome(status)
+        )
         if state.get("shed"):
             outcome = "shed"
         endpoint = _ENDPOINTS.get(path)
@@ -103,8 +115,9 @@ class BodySizeLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        too_large = APIError(413, f"the request body exceeds {self.max_bytes} bytes",
-                             code="request_too_large")  # fmt: skip
+        too_large = APIError(
+            413, f"the request body exceeds {self.max_bytes} bytes", code="request_too_large"
+        )
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             await too_large.response()(scope, receive, send)

@@ -44,7 +44,9 @@ def _max_tokens(requested: int | None, num_prompt: int, max_model_len: int, limi
     if requested is None:
         return min(room, limit)
     if requested > limit:
-        raise APIError(400, f"max_tokens={requested} exceeds the limit of {limit}", "max_tokens")
+        raise APIError(
+            400, f"max_tokens={requested} exceeds the limit of {limit}", param="max_tokens"
+        )
     if requested > room:
         raise APIError(
             400,
@@ -59,9 +61,11 @@ def _max_tokens(requested: int | None, num_prompt: int, max_model_len: int, limi
 def _check_model(name: str, engine: Engine) -> None:
     if name != engine.info.model_name:
         raise APIError(
-            404, f"the model '{name}' does not exist; this gateway serves "
-            f"'{engine.info.model_name}'", param="model", code="model_not_found",
-        )  # fmt: skip
+            404,
+            f"the model '{name}' does not exist; this gateway serves '{engine.info.model_name}'",
+            param="model",
+            code="model_not_found",
+        )
 
 
 def _stop(body: ChatCompletionRequest | CompletionRequest) -> tuple[str, ...]:
@@ -99,7 +103,7 @@ def prepare_chat(
         ignore_eos=body.ignore_eos,
         **_response_format(body.response_format),
     )
-    return PreparedRequest(request_id, "chat", prompt_ids, options, body.priority)
+    return PreparedRequest(request_id, "chat", prompt_ids, options, body.priority, body.cache_salt)
 
 
 def prepare_completion(
@@ -138,7 +142,9 @@ def prepare_completion(
         ignore_eos=body.ignore_eos,
         **_response_format(body.response_format),
     )
-    return PreparedRequest(request_id, "completions", prompt_ids, options, body.priority)
+    return PreparedRequest(
+        request_id, "completions", prompt_ids, options, body.priority, body.cache_salt
+    )
 
 
 def usage(num_prompt: int, num_generated: int) -> Usage:

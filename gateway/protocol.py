@@ -80,6 +80,8 @@ class _SamplingFields(_Request):
     """vLLM extension: keep generating past the end-of-sequence token."""
     priority: int = Field(default=0, ge=-1000, le=1000)
     """vLLM extension: lower is served first."""
+    cache_salt: str | None = Field(default=None, min_length=1, max_length=256)
+    """vLLM extension: prefix-cache entries are shared only between equal salts."""
     user: str | None = None
 
     def stop_list(self) -> tuple[str, ...]:

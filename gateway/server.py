@@ -44,8 +44,10 @@ class GatewayServer(uvicorn.Server):
         if self._drain_task is not None or self._loop is None:
             super().handle_exit(sig, frame)  # a second signal: stop now
             return
-        logger.info("signal received, draining", extra={"event": "drain_start", "signal": sig,
-                                                          "drain_s": self.drain_s})  # fmt: skip
+        logger.info(
+            "signal received, draining",
+            extra={"event": "drain_start", "signal": sig, "drain_s": self.drain_s},
+        )
         self._loop.call_soon_threadsafe(self._begin_drain)
 
     def _begin_drain(self) -> None:
@@ -84,9 +86,14 @@ def serve(settings: Settings) -> int:
     state: GatewayState = app.state.gateway
     logger.info(
         "gateway starting",
-        extra={"event": "gateway_start", "host": settings.host, "port": settings.port,
-               "device": device, "controller": dlfp.controller.value},
-    )  # fmt: skip
+        extra={
+            "event": "gateway_start",
+            "host": settings.host,
+            "port": settings.port,
+            "device": device,
+            "controller": dlfp.controller.value,
+        },
+    )
     config = uvicorn.Config(
         app,
         host=settings.host,

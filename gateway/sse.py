@@ -24,9 +24,7 @@ def event(payload: dict[str, Any]) -> bytes:
     return format_sse_event(data_str=json.dumps(payload, separators=(",", ":")))
 
 
-async def with_keepalive(
-    events: AsyncIterator[bytes], interval_s: float
-) -> AsyncIterator[bytes]:
+async def with_keepalive(events: AsyncIterator[bytes], interval_s: float) -> AsyncIterator[bytes]:
     """Forward ``events``, inserting a comment whenever ``interval_s`` passes without one."""
     iterator = aiter(events)
     pending: asyncio.Future[bytes] | None = None

@@ -14,7 +14,7 @@ from fastapi import Request
 from engine_worker.api import Engine
 from engine_worker.dlfp_config import DLFPConfig
 from gateway.admission import Admission, AdmissionRejected, ClientDisconnected, Ticket
-from gateway.errors import APIError, engine_unavailable
+from gateway.errors import engine_unavailable
 from gateway.generation import Generation, PreparedRequest
 from gateway.metrics import GatewayMetrics
 from gateway.settings import Settings
@@ -68,13 +68,19 @@ class GatewayState:
         ticket = await self._admit(prepared, request, stack)
         self.metrics.queue.observe(ticket.queue_s)
         generation = Generation(
-            self.engine, self.metrics, prepared, request.state.arrival_s,
-            release=stack.aclose, on_first_token=ticket.first_token,
-        )  # fmt: skip
+            self.engine,
+            self.metrics,
+            prepared,
+            request.state.arrival_s,
+            release=stack.aclose,
+            on_first_token=ticket.first_token,
+        )
         await generation.start()
         return generation
 
-    async def _admit(self, prepared: PreparedRequest, request: Request, stack: AsyncExitStack) -> Ticket:
+    async def _admit(
+        self, prepared: PreparedRequest, request: Request, stack: AsyncExitStack
+    ) -> Ticket:
         """Wait for a slot, unless the client leaves first (then the slot is never taken)."""
         slot = self.admission.slot(
             prefill_tokens=len(prepared.prompt_token_ids),

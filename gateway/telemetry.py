@@ -25,7 +25,9 @@ async def poll_controller(state: GatewayState, interval_s: float = 0.5) -> None:
             live = await state.engine.get_dlfp_state()
         except Exception as exc:  # the engine may be between states; keep the gauges
             if not failing:
-                logger.warning("controller poll failed", extra={"event": "poll_failed", "error": str(exc)})
+                logger.warning(
+                    "controller poll failed", extra={"event": "poll_failed", "error": str(exc)}
+                )
             failing = True
             continue
         failing = False

@@ -219,9 +219,11 @@ def launch_chromium(
         with stderr_path.open("wb") as stderr:
             process = subprocess.Popen(
                 [binary, *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         try:
             url = _devtools_url(process, profile, stderr_path, start_timeout_s)
             with connect(url, max_size=None, compression=None, proxy=None) as ws:

@@ -59,20 +59,34 @@ def start_server(
     """``python -m gateway serve`` on a free port; waits for /ready."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    env = {**os.environ, "DLFP_HOST": "127.0.0.1", "DLFP_PORT": str(port),
-           "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **env_overrides}  # fmt: skip
+    env = {
+        **os.environ,
+        "DLFP_HOST": "127.0.0.1",
+        "DLFP_PORT": str(port),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+        **env_overrides,
+    }
     log_path = ARTIFACTS / f"{name}.log"
     log = log_path.open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve"], cwd=ROOT, env=env,
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    server = Server(f"http://127.0.0.1:{port}", process, log_path, env.get("DLFP_SERVED_MODEL_NAME", ""))
+        [sys.executable, "-m", "gateway", "serve"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    server = Server(
+        f"http://127.0.0.1:{port}", process, log_path, env.get("DLFP_SERVED_MODEL_NAME", "")
+    )
     deadline = time.monotonic() + ready_timeout_s
     with httpx.Client(timeout=5.0) as client:
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                raise RuntimeError(f"gateway exited with {process.returncode}:\n{server.log()[-4000:]}")
+                raise RuntimeError(
+                    f"gateway exited with {process.returncode}:\n{server.log()[-4000:]}"
+                )
             try:
                 if client.get(server.base_url + "/ready").status_code == 200:
                     return server

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import random
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -26,22 +28,47 @@ def long_prompt(seed: int, num_chars: int) -> str:
 
 
 def chat_body(content: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
-    return {"model": TINY_MODEL_NAME, "messages": [{"role": "user", "content": content}],
-            "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, **extra}  # fmt: skip
+    return {
+        "model": TINY_MODEL_NAME,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        **extra,
+    }
 
 
-def stream_chat(server: Server, content: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
+def stream_chat(
+    server: Server,
+    content: str,
+    max_tokens: int,
+    on_first_token: Callable[[], None] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """One streamed chat completion; returns status, text, token count and Retry-After."""
-    body = chat_body(content, max_tokens, stream=True, stream_options={"include_usage": True}, **extra)
-    with httpx.Client(base_url=server.base_url, timeout=600) as client:
-        r = client.post("/v1/chat/completions", json=body)
-    result: dict[str, Any] = {"status": r.status_code, "retry_after": r.headers.get("retry-after")}
-    if r.status_code != 200:
-        result["error"] = r.json().get("error")
+    body = chat_body(
+        content, max_tokens, stream=True, stream_options={"include_usage": True}, **extra
+    )
+    lines: list[str] = []
+    with (
+        httpx.Client(base_url=server.base_url, timeout=600) as client,
+        client.stream("POST", "/v1/chat/completions", json=body) as r,
+    ):
+        for line in r.iter_lines():
+            lines.append(line)
+            if on_first_token is not None and '"content":"' in line and '"role"' not in line:
+                on_first_token()
+                on_first_token = None
+        status, retry_after = r.status_code, r.headers.get("retry-after")
+    text = "\n".join(lines)
+    result: dict[str, Any] = {"status": status, "retry_after": retry_after}
+    if status != 200:
+        result["error"] = json.loads(text).get("error")
         return result
-    chunks = sse_json(r.text)
-    result["done"] = sse_data(r.text)[-1] == "[DONE]"
-    result["text"] = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
+    chunks = sse_json(text)
+    result["done"] = sse_data(text)[-1] == "[DONE]"
+    deltas = [c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices")]
+    result["text"] = "".join(deltas)
     usage = [c["usage"] for c in chunks if c.get("usage")]
     result["completion_tokens"] = usage[-1]["completion_tokens"] if usage else None
     return result
@@ -58,7 +85,7 @@ def metrics(server: Server) -> dict[str, float]:
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()) if k != "le" or True)
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()) if True)
             out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
     return out
 

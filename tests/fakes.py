@@ -28,8 +28,13 @@ WORDS = ["fake", " token", " stream", " from", " the", " fake", " engine", "."]
 class FakeEngine:
     """Implements ``engine_worker.api.Engine`` with canned output."""
 
-    def __init__(self, model_name: str = "fake-model", max_model_len: int = 256,
-                 delay_s: float = 0.0, ready: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model_name: str = "fake-model",
+        max_model_len: int = 256,
+        delay_s: float = 0.0,
+        ready: bool = True,
+    ) -> None:
         self.info = EngineInfo(model_name, max_model_len, "fake")
         self.delay_s = delay_s
         self._ready = ready
@@ -64,8 +69,14 @@ class FakeEngine:
     def tokenize(self, text: str) -> list[int]:
         return [ord(ch) % 1000 for ch in text]
 
-    async def submit(self, request_id: str, prompt_token_ids: list[int],
-                     options: SamplingOptions, priority: int = 0) -> AsyncIterator[GenerationChunk]:  # fmt: skip
+    async def submit(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        options: SamplingOptions,
+        priority: int = 0,
+        cache_salt: str | None = None,
+    ) -> AsyncIterator[GenerationChunk]:
         if self._dead:
             raise EngineDeadError("fake engine is dead")
         if any(t >= 1000 for t in prompt_token_ids):
@@ -74,24 +85,31 @@ class FakeEngine:
         self.running.add(request_id)
         return self._stream(request_id, len(prompt_token_ids), options)
 
-    async def _stream(self, request_id: str, num_prompt: int,
-                      options: SamplingOptions) -> AsyncIterator[GenerationChunk]:  # fmt: skip
+    async def _stream(
+        self, request_id: str, num_prompt: int, options: SamplingOptions
+    ) -> AsyncIterator[GenerationChunk]:
         finished = False
         try:
             for i in range(options.max_tokens):
                 await asyncio.sleep(self.delay_s)
-                if self._dead or (self.fail_after_tokens is not None and i >= self.fail_after_tokens):
+                if self._dead or (
+                    self.fail_after_tokens is not None and i >= self.fail_after_tokens
+                ):
                     raise EngineDeadError("fake engine died")
                 last = i == options.max_tokens - 1
                 word = WORDS[i % len(WORDS)]
                 choices = [
                     ChoiceDelta(
-                        index=k, text=word, token_ids=[i],
-                        logprobs=None if options.logprobs is None else [TokenLogprob(word, -0.5, ((word, -0.5),))],
+                        index=k,
+                        text=word,
+                        token_ids=[i],
+                        logprobs=None
+                        if options.logprobs is None
+                        else [TokenLogprob(word, -0.5, ((word, -0.5),))],
                         finish_reason="length" if last else None,
                     )
                     for k in range(options.n)
-                ]  # fmt: skip
+                ]
                 finished = last
                 yield GenerationChunk(choices=choices, num_prompt_tokens=num_prompt, finished=last)
         finally:

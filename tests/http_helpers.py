@@ -30,7 +30,7 @@ async def fake_client(
 
 def sse_data(text: str) -> list[str]:
     """The data fields of an SSE body, in order (comments dropped)."""
-    return [line[len("data: "):] for line in text.splitlines() if line.startswith("data: ")]
+    return [line[len("data: ") :] for line in text.splitlines() if line.startswith("data: ")]
 
 
 def sse_json(text: str) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ async def test_no_token_means_loopback_only() -> None:
 
 
 async def test_invalid_changes_are_422_and_change_nothing() -> None:
-    async with fake_client(admin_token="s3cret") as (client, app, engine):
+    async with fake_client(admin_token="s3cret") as (client, _app, engine):
         before = (await client.get("/admin/dlfp", headers=AUTH)).json()["settings"]
         bad = [
             {"gain": 1.5},
@@ -49,7 +49,9 @@ async def test_invalid_changes_are_422_and_change_nothing() -> None:
         assert r.status_code == 422
         r = await client.put("/admin/dlfp", json=before | {"gain": 7}, headers=AUTH)
         assert r.status_code == 422
-        r = await client.patch("/admin/dlfp", content=b"[1,2]", headers=AUTH | {"content-type": "application/json"})
+        r = await client.patch(
+            "/admin/dlfp", content=b"[1,2]", headers=AUTH | {"content-type": "application/json"}
+        )
         assert r.status_code == 422
         after = (await client.get("/admin/dlfp", headers=AUTH)).json()["settings"]
         assert after == before
@@ -57,10 +59,15 @@ async def test_invalid_changes_are_422_and_change_nothing() -> None:
 
 
 async def test_valid_patch_and_put_apply_and_count() -> None:
-    async with fake_client(admin_token="s3cret") as (client, app, engine):
-        r = await client.patch("/admin/dlfp", json={"target_ms": 150, "controller": "fixed"}, headers=AUTH)
+    async with fake_client(admin_token="s3cret") as (client, _app, engine):
+        r = await client.patch(
+            "/admin/dlfp", json={"target_ms": 150, "controller": "fixed"}, headers=AUTH
+        )
         assert r.status_code == 200
-        assert r.json()["settings"]["target_ms"] == 150 and r.json()["settings"]["controller"] == "fixed"
+        assert (
+            r.json()["settings"]["target_ms"] == 150
+            and r.json()["settings"]["controller"] == "fixed"
+        )
         assert engine.dlfp_config.target_ms == 150
         whole = r.json()["settings"] | {"gain": 0.25}
         r = await client.put("/admin/dlfp", json=whole, headers=AUTH)

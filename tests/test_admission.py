@@ -18,8 +18,9 @@ class FakeClock:
         return self.now
 
 
-async def _hold(admission: Admission, release: asyncio.Event, log: list[str], name: str,
-                priority: int = 0) -> None:  # fmt: skip
+async def _hold(
+    admission: Admission, release: asyncio.Event, log: list[str], name: str, priority: int = 0
+) -> None:
     async with admission.slot(prefill_tokens=10, priority=priority):
         log.append(name)
         await release.wait()

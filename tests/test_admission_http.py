@@ -12,8 +12,14 @@ CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], 
 
 async def test_overflow_gets_429_with_retry_after() -> None:
     engine = FakeEngine(delay_s=0.02)
-    async with fake_client(engine, max_concurrent=2, max_queue=1, max_queue_wait_s=5) as (client, _, _):
-        replies = await asyncio.gather(*[client.post("/v1/chat/completions", json=CHAT) for _ in range(6)])
+    async with fake_client(engine, max_concurrent=2, max_queue=1, max_queue_wait_s=5) as (
+        client,
+        _,
+        _,
+    ):
+        replies = await asyncio.gather(
+            *[client.post("/v1/chat/completions", json=CHAT) for _ in range(6)]
+        )
         codes = sorted(r.status_code for r in replies)
         assert codes.count(200) == 3 and codes.count(429) == 3
         for r in replies:
@@ -34,13 +40,15 @@ async def test_admin_admission_get_patch_validate() -> None:
         assert view["settings"]["max_concurrent"] == 32 and view["state"]["num_active"] == 0
         r = await client.patch("/admin/admission", json={"max_concurrent": 0}, headers=auth)
         assert r.status_code == 422
-        r = await client.patch("/admin/admission", json={"max_concurrent": 3, "max_queue": 0}, headers=auth)
+        r = await client.patch(
+            "/admin/admission", json={"max_concurrent": 3, "max_queue": 0}, headers=auth
+        )
         assert r.status_code == 200 and r.json()["settings"]["max_concurrent"] == 3
         assert app.state.gateway.admission.limits.max_queue == 0
 
 
 async def test_priority_header_validated() -> None:
-    async with fake_client() as (client, _, engine):
+    async with fake_client() as (client, _, _engine):
         r = await client.post("/v1/chat/completions", json=CHAT, headers={"X-Priority": "high"})
         assert r.status_code == 400
         r = await client.post("/v1/chat/completions", json=CHAT, headers={"X-Priority": "-3"})

@@ -45,8 +45,14 @@ def test_poisson_arrivals_reproducible_per_seed_and_differ_across_seeds() -> Non
 
 @pytest.mark.parametrize("counter", [CharCounter(), WordCounter()], ids=["chars", "words"])
 def test_long_prompts_distinct_and_within_the_token_range(counter: CharCounter) -> None:
-    config = WorkloadConfig(num_requests=40, num_warmup=2, rate_rps=1.0, long_fraction=0.5,
-                            long_min_tokens=300, long_max_tokens=700)  # fmt: skip
+    config = WorkloadConfig(
+        num_requests=40,
+        num_warmup=2,
+        rate_rps=1.0,
+        long_fraction=0.5,
+        long_min_tokens=300,
+        long_max_tokens=700,
+    )
     specs = build_workload(config, 801, counter)
     longs = [s for s in specs if s.kind == "long"]
     shorts = [s for s in specs if s.kind == "short"]
@@ -77,24 +83,35 @@ def test_same_seed_same_workload_in_every_arm() -> None:
 
 
 def _record(max_tokens: int = 4) -> RequestRecord:
-    return RequestRecord(index=0, kind="short", is_warmup=False, prompt="p", prompt_sha256="x",
-                         num_prompt_tokens_target=1, max_tokens=max_tokens, scheduled_s=0.0,
-                         send_s=0.0)  # fmt: skip
+    return RequestRecord(
+        index=0,
+        kind="short",
+        is_warmup=False,
+        prompt="p",
+        prompt_sha256="x",
+        num_prompt_tokens_target=1,
+        max_tokens=max_tokens,
+        scheduled_s=0.0,
+        send_s=0.0,
+    )
 
 
 def _chunk(content: str, **choice: object) -> str:
-    return json.dumps({"id": "c1", "choices": [{"index": 0, "delta": {"content": content},
-                                                **choice}]})  # fmt: skip
+    return json.dumps(
+        {"id": "c1", "choices": [{"index": 0, "delta": {"content": content}, **choice}]}
+    )
 
 
 def test_role_chunk_carries_no_token_and_token_ids_count() -> None:
-    role = parse_data(json.dumps({"choices": [{"delta": {"role": "assistant", "content": ""}}]}),
-                      chat=True)  # fmt: skip
+    role = parse_data(
+        json.dumps({"choices": [{"delta": {"role": "assistant", "content": ""}}]}), chat=True
+    )
     assert role is not None and not role.is_content
     event = parse_data(_chunk("ab", token_ids=[5, 6]), chat=True)
     assert event is not None and event.is_content and event.num_tokens == 2
-    completion = parse_data(json.dumps({"choices": [{"text": "x", "finish_reason": None}]}),
-                            chat=False)  # fmt: skip
+    completion = parse_data(
+        json.dumps({"choices": [{"text": "x", "finish_reason": None}]}), chat=False
+    )
     assert completion is not None and completion.is_content and completion.num_tokens is None
     assert parse_data("[DONE]", chat=True) is None
 
@@ -135,16 +152,34 @@ def _trial(arm: str, seed: int, gaps_s: list[list[float]], ttft_s: float = 0.5) 
             times.append(times[-1] + gap)
         n = len(times)
         ids = [zlib.crc32(f"{seed}-{index}".encode()) % 1000 + i for i in range(n)]
-        records.append(RequestRecord(
-            index=index, kind="short", is_warmup=False, prompt=f"p{seed}-{index}",
-            prompt_sha256=f"h{seed}-{index}", num_prompt_tokens_target=3, max_tokens=n,
-            scheduled_s=send, send_s=send, chunk_s=times, chunk_num_tokens=[1] * n,
-            usage_s=times[-1], end_s=times[-1], status="ok", num_prompt_tokens=3,
-            usage={"prompt_tokens": 3, "completion_tokens": n}, text="x" * n, token_ids=ids,
-        ))  # fmt: skip
-    samples = [MetricsSample(0.0, {"dlfp_controller_cap_tokens": 256.0}),
-               MetricsSample(1.0, {"dlfp_controller_cap_tokens": 384.0,
-                                   "dlfp_controller_observation_seconds": 0.2})]  # fmt: skip
+        records.append(
+            RequestRecord(
+                index=index,
+                kind="short",
+                is_warmup=False,
+                prompt=f"p{seed}-{index}",
+                prompt_sha256=f"h{seed}-{index}",
+                num_prompt_tokens_target=3,
+                max_tokens=n,
+                scheduled_s=send,
+                send_s=send,
+                chunk_s=times,
+                chunk_num_tokens=[1] * n,
+                usage_s=times[-1],
+                end_s=times[-1],
+                status="ok",
+                num_prompt_tokens=3,
+                usage={"prompt_tokens": 3, "completion_tokens": n},
+                text="x" * n,
+                token_ids=ids,
+            )
+        )
+    samples = [
+        MetricsSample(0.0, {"dlfp_controller_cap_tokens": 256.0}),
+        MetricsSample(
+            1.0, {"dlfp_controller_cap_tokens": 384.0, "dlfp_controller_observation_seconds": 0.2}
+        ),
+    ]
     return Trial(arm, seed, {"duration_s": 3.0}, records, samples)
 
 
@@ -221,8 +256,10 @@ def test_compare_arms_on_hand_made_trials(tmp_path: Path) -> None:
     cand_gaps = {801: 0.1, 802: 0.3, 803: 0.5}  # -50%, -25%, 0%
     for seed in base_gaps:
         write_trial(trial_path(tmp_path, "off", seed), _trial("off", seed, [[base_gaps[seed]] * 4]))
-        write_trial(trial_path(tmp_path, "off-repeat", seed),
-                    _trial("off-repeat", seed, [[base_gaps[seed]] * 4]))  # fmt: skip
+        write_trial(
+            trial_path(tmp_path, "off-repeat", seed),
+            _trial("off-repeat", seed, [[base_gaps[seed]] * 4]),
+        )
         cand = _trial("dlfp-ct", seed, [[cand_gaps[seed]] * 4])
         if seed == 803:
             cand.requests[0].token_ids = [0, 0, 0, 0, 0]
@@ -252,9 +289,11 @@ def test_output_agreement_uses_text_without_token_ids() -> None:
 
 def test_plots_are_png(tmp_path: Path) -> None:
     trial = _trial("dlfp", 801, [[0.1, 0.0, 0.3]])
-    paths = [itl_cdf({"off": [0.1, 0.2, 0.0], "dlfp": [0.05]}, tmp_path / "itl.png"),
-             controller_cap([trial], tmp_path / "cap.png"),
-             controller_cap([_trial("off", 1, [[0.1]])], tmp_path / "empty.png")]  # fmt: skip
+    paths = [
+        itl_cdf({"off": [0.1, 0.2, 0.0], "dlfp": [0.05]}, tmp_path / "itl.png"),
+        controller_cap([trial], tmp_path / "cap.png"),
+        controller_cap([_trial("off", 1, [[0.1]])], tmp_path / "empty.png"),
+    ]
     for path in paths:
         assert path.read_bytes()[:8] == PNG_SIGNATURE
 
@@ -321,10 +360,14 @@ def test_crosscheck_trace_replays_the_schedule(tmp_path: Path) -> None:
     # vLLM's raw lists (a failed request has ttft 0 and no gaps) against its own figures.
     itls = [[0.01, 0.03], [], [0.02]]
     gaps = [0.01, 0.03, 0.02]
-    vllm = {"ttfts": [0.5, 0.0, 0.7], "itls": itls, "latencies": [0.54, 0.0, 0.72],
-            "errors": ["", "Never received a valid chunk", ""],
-            "p99_itl_ms": float(np.percentile(gaps, 99)) * 1000,
-            "p50_ttft_ms": float(np.percentile([0.5, 0.7], 50)) * 1000}  # fmt: skip
+    vllm = {
+        "ttfts": [0.5, 0.0, 0.7],
+        "itls": itls,
+        "latencies": [0.54, 0.0, 0.72],
+        "errors": ["", "Never received a valid chunk", ""],
+        "p99_itl_ms": float(np.percentile(gaps, 99)) * 1000,
+        "p50_ttft_ms": float(np.percentile([0.5, 0.7], 50)) * 1000,
+    }
     assert sorted(vllm_requests(vllm)) == [0, 2]
     same = same_data_diffs(vllm)
     assert same["itl_p99"] == pytest.approx(0.0) and same["ttft_p50"] == pytest.approx(0.0)

@@ -45,19 +45,23 @@ class FakeOpenAIServer:
     tokens_per_chunk: int = 1
     num_missing_tokens: int = 0
     """Deliver this many tokens fewer than the usage chunk reports."""
+    sends_keepalive: bool = False
+    """Send an SSE comment before the first token, as the gateway does after 10 s."""
     requests: list[dict[str, Any]] = field(default_factory=list)
     patches: list[dict[str, Any]] = field(default_factory=list)
     num_scrapes: int = 0
     base_url: str = ""
 
     def app(self) -> Starlette:
-        return Starlette(routes=[
-            Route("/v1/models", self.models),
-            Route("/v1/chat/completions", self.generate, methods=["POST"]),
-            Route("/v1/completions", self.generate, methods=["POST"]),
-            Route("/metrics", self.metrics),
-            Route("/admin/dlfp", self.admin, methods=["PATCH"]),
-        ])  # fmt: skip
+        return Starlette(
+            routes=[
+                Route("/v1/models", self.models),
+                Route("/v1/chat/completions", self.generate, methods=["POST"]),
+                Route("/v1/completions", self.generate, methods=["POST"]),
+                Route("/metrics", self.metrics),
+                Route("/admin/dlfp", self.admin, methods=["PATCH"]),
+            ]
+        )
 
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": MODEL}]})
@@ -93,6 +97,8 @@ class FakeOpenAIServer:
         ids = [(seed + i) % 5000 for i in range(n - self.num_missing_tokens)]
         if chat:
             yield _sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+        if self.sends_keepalive:
+            yield ": keep-alive\n\n"
         for start in range(0, len(ids), self.tokens_per_chunk):
             await asyncio.sleep(self.delay_s)
             chunk_ids = ids[start : start + self.tokens_per_chunk]
@@ -121,8 +127,9 @@ def _free_port() -> int:
 def fake_server() -> Iterator[FakeOpenAIServer]:
     fake = FakeOpenAIServer()
     port = _free_port()
-    config = uvicorn.Config(fake.app(), host="127.0.0.1", port=port, log_level="warning",
-                            lifespan="off")  # fmt: skip
+    config = uvicorn.Config(
+        fake.app(), host="127.0.0.1", port=port, log_level="warning", lifespan="off"
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -136,17 +143,28 @@ def fake_server() -> Iterator[FakeOpenAIServer]:
     thread.join(timeout=10)
 
 
-def _run_config(fake: FakeOpenAIServer, results: Path, arms: tuple[Arm, ...],
-                seeds: tuple[int, ...] = (801,)) -> RunConfig:  # fmt: skip
-    workload = WorkloadConfig(num_requests=4, num_warmup=1, rate_rps=40.0,
-                              long_min_tokens=60, long_max_tokens=90)  # fmt: skip
+def _run_config(
+    fake: FakeOpenAIServer, results: Path, arms: tuple[Arm, ...], seeds: tuple[int, ...] = (801,)
+) -> RunConfig:
+    workload = WorkloadConfig(
+        num_requests=4, num_warmup=1, rate_rps=40.0, long_min_tokens=60, long_max_tokens=90
+    )
     client = ClientSettings(base_url=fake.base_url + "/v1", model=MODEL, max_tokens=6)
-    return RunConfig(results, arms, seeds, workload, client, admin_token=ADMIN_TOKEN,
-                     metrics_interval_s=0.02, ready_timeout_s=10)  # fmt: skip
+    return RunConfig(
+        results,
+        arms,
+        seeds,
+        workload,
+        client,
+        admin_token=ADMIN_TOKEN,
+        metrics_interval_s=0.02,
+        ready_timeout_s=10,
+    )
 
 
 def test_trial_records_every_request_exactly(fake_server: FakeOpenAIServer, tmp_path: Path) -> None:
     fake_server.tokens_per_chunk = 2
+    fake_server.sends_keepalive = True
     arm = Arm("dlfp-ct", {"controller": "dlfp-ct"})
     written = asyncio.run(run_all(_run_config(fake_server, tmp_path, (arm,)), CharCounter()))
     assert written == [tmp_path / "dlfp-ct" / "seed-801.jsonl"]
@@ -186,12 +204,33 @@ def test_resume_skips_a_recorded_trial(fake_server: FakeOpenAIServer, tmp_path: 
     assert (tmp_path / "off" / "seed-801.jsonl").read_bytes() == first
 
 
-def test_cli_runs_arms_then_compares(fake_server: FakeOpenAIServer, tmp_path: Path,
-                                     capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
-    common = ["--base-url", fake_server.base_url, "--seeds", "801,802", "--num-requests", "3",
-              "--warmup", "1", "--rate", "40", "--max-tokens", "5", "--long-min-tokens", "40",
-              "--long-max-tokens", "80", "--results", str(tmp_path), "--admin-token",
-              ADMIN_TOKEN, "--metrics-interval-s", "0.02"]  # fmt: skip
+def test_cli_runs_arms_then_compares(
+    fake_server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    common = [
+        "--base-url",
+        fake_server.base_url,
+        "--seeds",
+        "801,802",
+        "--num-requests",
+        "3",
+        "--warmup",
+        "1",
+        "--rate",
+        "40",
+        "--max-tokens",
+        "5",
+        "--long-min-tokens",
+        "40",
+        "--long-max-tokens",
+        "80",
+        "--results",
+        str(tmp_path),
+        "--admin-token",
+        ADMIN_TOKEN,
+        "--metrics-interval-s",
+        "0.02",
+    ]
     off = '{"controller":"off"}'
     arms = ["--arm", f"off={off}", "--arm", f"off-repeat={off}", "--arm", "dlfp-ct"]
     patch = ["--admin-patch", '{"controller":"dlfp-ct"}']
@@ -205,8 +244,16 @@ def test_cli_runs_arms_then_compares(fake_server: FakeOpenAIServer, tmp_path: Pa
         assert (tmp_path / "plots" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "ITL p50 ms" in capsys.readouterr().out
 
-    args = ["bench", "compare", "--results", str(tmp_path), "--baseline", "off",
-            "--candidate", "dlfp-ct"]  # fmt: skip
+    args = [
+        "bench",
+        "compare",
+        "--results",
+        str(tmp_path),
+        "--baseline",
+        "off",
+        "--candidate",
+        "dlfp-ct",
+    ]
     assert gateway_main(args) == 0
     out = capsys.readouterr().out
     assert "itl_p99_ms" in out and "output agreement: 100.0% identical of 6 pairs" in out
@@ -216,9 +263,28 @@ def test_cli_runs_arms_then_compares(fake_server: FakeOpenAIServer, tmp_path: Pa
 
 
 def test_wrong_model_is_a_failed_request(fake_server: FakeOpenAIServer, tmp_path: Path) -> None:
-    args = ["bench", "--base-url", fake_server.base_url, "--model", "nope", "--seeds", "1",
-            "--num-requests", "2", "--warmup", "0", "--rate", "50", "--max-tokens", "3",
-            "--results", str(tmp_path), "--no-plots", "--metrics-interval-s", "0"]  # fmt: skip
+    args = [
+        "bench",
+        "--base-url",
+        fake_server.base_url,
+        "--model",
+        "nope",
+        "--seeds",
+        "1",
+        "--num-requests",
+        "2",
+        "--warmup",
+        "0",
+        "--rate",
+        "50",
+        "--max-tokens",
+        "3",
+        "--results",
+        str(tmp_path),
+        "--no-plots",
+        "--metrics-interval-s",
+        "0",
+    ]
     assert gateway_main(args) == 0
     trial = read_trial(tmp_path / "default" / "seed-1.jsonl")
     assert [r.http_status for r in trial.requests] == [404, 404]

@@ -299,8 +299,16 @@ def test_cap_leaves_the_lower_bound_when_one_update_is_under_half_a_step() -> No
     """Regression: with min == step and gain 0.5, a quantised state never grew."""
     from engine_worker.controller import CapParams, PrefillCapController
 
-    params = CapParams(mode="dlfp-ct", target_ms=60_000.0, gain=0.5, initial_cap_tokens=16,
-                       min_cap_tokens=16, max_cap_tokens=1024, step_tokens=16, fixed_cap_tokens=16)  # fmt: skip
+    params = CapParams(
+        mode="dlfp-ct",
+        target_ms=60_000.0,
+        gain=0.5,
+        initial_cap_tokens=16,
+        min_cap_tokens=16,
+        max_cap_tokens=1024,
+        step_tokens=16,
+        fixed_cap_tokens=16,
+    )
     controller = PrefillCapController(params, clock=lambda: 0.0, wall_clock=lambda: 0.0)
     now = 0.0
     for _ in range(40):

@@ -23,8 +23,17 @@ from tests.cdp import CHROMIUM, launch_chromium
 from tests.conftest import ARTIFACTS, TINY_MODEL_NAME, Server
 from tests.http_helpers import fake_client
 
-PLOT_IDS = ("itl-hist", "itl-hist-minute", "ttft-hist", "ttft-hist-minute", "quantiles",
-            "itl-quantiles", "ttft-quantiles", "controller", "requests")  # fmt: skip
+PLOT_IDS = (
+    "itl-hist",
+    "itl-hist-minute",
+    "ttft-hist",
+    "ttft-hist-minute",
+    "quantiles",
+    "itl-quantiles",
+    "ttft-quantiles",
+    "controller",
+    "requests",
+)
 REFERENCE = re.compile(r"""\b(?:src|href)\s*=\s*["']([^"']*)["']""")
 POINTS_JS = """JSON.stringify(Object.fromEntries([...document.querySelectorAll("[data-points]")]
     .map((e) => [e.id, Number(e.dataset.points)])))"""
@@ -171,6 +180,12 @@ def test_dashboard_draws_live_metrics_in_chromium(gateway_server: Server, chromi
     assert errors == []
     assert is_live == "true"
     assert num_ok > 0
-    for plot_id in ("itl-hist", "itl-hist-minute", "ttft-hist", "ttft-hist-minute",
-                    "quantiles", "requests"):  # fmt: skip
+    for plot_id in (
+        "itl-hist",
+        "itl-hist-minute",
+        "ttft-hist",
+        "ttft-hist-minute",
+        "quantiles",
+        "requests",
+    ):
         assert points[plot_id] > 0, (plot_id, points)

@@ -132,9 +132,10 @@ def test_dockerfile(name: str, extra: str, routes: set[str]) -> None:
 
 def test_dockerignore_keeps_the_build_inputs_and_drops_env_files() -> None:
     patterns = {
-        line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
         if line.strip() and not line.startswith("#")
-    }  # fmt: skip
+    }
     assert {".git", ".venv", ".env", ".env.*"} <= patterns
     needed = {"pyproject.toml", "README.md", "gateway", "engine_worker", "bench", "*", "**"}
     assert not patterns & needed
@@ -151,9 +152,10 @@ def test_compose_services_profiles_and_dotenv(compose: dict[str, Any]) -> None:
     assert "profiles" not in services["prometheus"] and "profiles" not in services["grafana"]
 
     dotenv = dict(
-        line.split("=", 1) for line in (ROOT / ".env").read_text().splitlines()
+        line.split("=", 1)
+        for line in (ROOT / ".env").read_text().splitlines()
         if line.strip() and not line.startswith("#")
-    )  # fmt: skip
+    )
     assert dotenv["COMPOSE_PROFILES"] == "gpu"
     secretish = [
         k for k in dotenv if k.startswith("DLFP_") or re.search("TOKEN|PASSWORD|SECRET|KEY", k)
@@ -230,8 +232,10 @@ def test_prometheus_and_grafana_provisioning_agree(
 ) -> None:
     services = compose["services"]
     prometheus, grafana = services["prometheus"], services["grafana"]
-    assert "--config.file=" + _mount_target(prometheus, "./deploy/prometheus/prometheus.yml") \
-        in prometheus["command"]  # fmt: skip
+    assert (
+        "--config.file=" + _mount_target(prometheus, "./deploy/prometheus/prometheus.yml")
+        in prometheus["command"]
+    )
 
     (job,) = _yaml(PROMETHEUS_CONFIG)["scrape_configs"]
     assert job["scrape_interval"] == "5s"
@@ -292,11 +296,36 @@ _NOT_METRICS = (
     re.compile(r"\$\{?\w+\}?"),  # Grafana variables
 )
 _PROMQL_WORDS = {
-    "sum", "avg", "min", "max", "count", "topk", "bottomk", "quantile", "stddev",
-    "rate", "irate", "increase", "delta", "deriv", "histogram_quantile", "clamp_min",
-    "clamp_max", "abs", "vector", "scalar", "avg_over_time", "max_over_time",
-    "min_over_time", "sum_over_time", "and", "or", "unless", "bool", "offset",
-}  # fmt: skip
+    "sum",
+    "avg",
+    "min",
+    "max",
+    "count",
+    "topk",
+    "bottomk",
+    "quantile",
+    "stddev",
+    "rate",
+    "irate",
+    "increase",
+    "delta",
+    "deriv",
+    "histogram_quantile",
+    "clamp_min",
+    "clamp_max",
+    "abs",
+    "vector",
+    "scalar",
+    "avg_over_time",
+    "max_over_time",
+    "min_over_time",
+    "sum_over_time",
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "offset",
+}
 _SUFFIXES = {
     "counter": ("_total", "_created"),
     "histogram": ("_bucket", "_sum", "_count", "_created"),
@@ -338,8 +367,12 @@ def test_dashboard_has_the_panels_the_brief_asks_for() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
     panels = dashboard["panels"]
     assert len({p["id"] for p in panels}) == len(panels)
-    cells = [(p["gridPos"]["x"] + dx, p["gridPos"]["y"] + dy) for p in panels
-             for dx in range(p["gridPos"]["w"]) for dy in range(p["gridPos"]["h"])]  # fmt: skip
+    cells = [
+        (p["gridPos"]["x"] + dx, p["gridPos"]["y"] + dy)
+        for p in panels
+        for dx in range(p["gridPos"]["w"])
+        for dy in range(p["gridPos"]["h"])
+    ]
     assert len(cells) == len(set(cells)) and max(x for x, _ in cells) < 24, "panels overlap"
     queries = dashboard_queries()
     assert all(promql_metric_names(q) for q in queries), "a query reads no metric"
@@ -351,11 +384,17 @@ def test_dashboard_has_the_panels_the_brief_asks_for() -> None:
         heatmaps = [p for p in panels if p["type"] == "heatmap" and histogram in str(p["targets"])]
         assert heatmaps and heatmaps[0]["targets"][0]["format"] == "heatmap"
     assert dashboard_metric_names() >= {
-        "dlfp_controller_cap_tokens", "dlfp_controller_observation_seconds",
-        "dlfp_controller_target_seconds", "dlfp_active_requests", "dlfp_queued_requests",
-        "dlfp_requests_total", "dlfp_admission_rejections_total", "vllm:num_requests_running",
-        "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-    }  # fmt: skip
+        "dlfp_controller_cap_tokens",
+        "dlfp_controller_observation_seconds",
+        "dlfp_controller_target_seconds",
+        "dlfp_active_requests",
+        "dlfp_queued_requests",
+        "dlfp_requests_total",
+        "dlfp_admission_rejections_total",
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+    }
 
 
 async def test_dashboard_and_hpa_query_only_dlfp_metrics_the_gateway_exports() -> None:

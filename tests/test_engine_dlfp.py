@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import concurrent.futures
-import time
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +16,9 @@ from tests.engine_helpers import admin, long_prompt, stream_chat
 
 pytestmark = pytest.mark.engine
 
-SHORT = [f"Question {i}: what did the passengers see from the window of the train?" for i in range(8)]
+SHORT = [
+    f"Question {i}: what did the passengers see from the window of the train?" for i in range(8)
+]
 
 
 @pytest.fixture
@@ -26,17 +28,24 @@ def restore_dlfp(gateway_server: Server) -> Iterator[dict[str, Any]]:
     assert admin(gateway_server, "PUT", json=before).status_code == 200
 
 
-def mixed_load(server: Server, tag: int, max_tokens: int = 400, num_long: int = 3) -> dict[str, str]:
-    """Short greedy streams, then long prompts landing while they decode."""
+def mixed_load(
+    server: Server, tag: int, max_tokens: int = 400, num_long: int = 3
+) -> dict[str, str]:
+    """Short greedy streams, then long prompts sent once every short one is decoding."""
     prompts = [f"{p} (run {tag})" for p in SHORT]
     longs = [long_prompt(1000 * tag + i, 5000) for i in range(num_long)]
+    decoding = threading.Semaphore(0)
     with concurrent.futures.ThreadPoolExecutor(len(prompts) + len(longs)) as pool:
-        futures = {p: pool.submit(stream_chat, server, p, max_tokens) for p in prompts}
-        time.sleep(0.1)  # the short streams are decoding by now (the tiny model is fast)
-        futures |= {p: pool.submit(stream_chat, server, p, max_tokens) for p in longs}
+        futures = {
+            p: pool.submit(stream_chat, server, p, max_tokens, decoding.release) for p in prompts
+        }
+        for _ in prompts:
+            assert decoding.acquire(timeout=120)
+        futures |= {p: pool.submit(stream_chat, server, p, 16) for p in longs}
         results = {p: f.result() for p, f in futures.items()}
-    for r in results.values():
-        assert r["status"] == 200 and r["completion_tokens"] == max_tokens, r
+    for p, r in results.items():
+        assert r["status"] == 200, r
+        assert r["completion_tokens"] == (16 if p in longs else max_tokens), r
     return {p: r["text"] for p, r in results.items()}
 
 
@@ -48,7 +57,9 @@ def state(server: Server) -> dict[str, Any]:
 def test_admin_auth_on_real_server(gateway_server: Server) -> None:
     with httpx.Client(base_url=gateway_server.base_url) as client:
         assert client.get("/admin/dlfp").status_code == 401
-        assert client.get("/admin/dlfp", headers={"Authorization": "Bearer wrong"}).status_code == 403
+        assert (
+            client.get("/admin/dlfp", headers={"Authorization": "Bearer wrong"}).status_code == 403
+        )
         assert client.patch("/admin/dlfp", json={"gain": 0.2}).status_code == 401
 
 
@@ -62,7 +73,11 @@ def test_get_reads_engine_core_state(gateway_server: Server) -> None:
 
 
 def test_patch_target_moves_the_cap(gateway_server: Server, restore_dlfp: dict[str, Any]) -> None:
-    r = admin(gateway_server, "PATCH", json={"controller": "dlfp-ct", "target_ms": 1, "initial_cap_tokens": 256})
+    r = admin(
+        gateway_server,
+        "PATCH",
+        json={"controller": "dlfp-ct", "target_ms": 1, "initial_cap_tokens": 256},
+    )
     assert r.status_code == 200 and r.json()["state"]["controller"] == "dlfp-ct"
     updates = state(gateway_server)["num_updates"]
     mixed_load(gateway_server, tag=1)
@@ -75,10 +90,16 @@ def test_patch_target_moves_the_cap(gateway_server: Server, restore_dlfp: dict[s
     assert tight["cap_tokens"] == restore_dlfp["min_cap_tokens"]
 
 
-def test_concurrent_patches_leave_consistent_state(gateway_server: Server, restore_dlfp: dict[str, Any]) -> None:
-    patches = [{"target_ms": 100 + i} for i in range(6)] + [{"gain": round(0.1 * (i + 1), 1)} for i in range(6)]
+def test_concurrent_patches_leave_consistent_state(
+    gateway_server: Server, restore_dlfp: dict[str, Any]
+) -> None:
+    patches = [{"target_ms": 100 + i} for i in range(6)] + [
+        {"gain": round(0.1 * (i + 1), 1)} for i in range(6)
+    ]
     with concurrent.futures.ThreadPoolExecutor(len(patches)) as pool:
-        codes = list(pool.map(lambda p: admin(gateway_server, "PATCH", json=p).status_code, patches))
+        codes = list(
+            pool.map(lambda p: admin(gateway_server, "PATCH", json=p).status_code, patches)
+        )
     assert codes == [200] * len(patches)
     final = admin(gateway_server, "GET").json()
     assert final["settings"] == final["state"]["settings_in_engine"]
@@ -95,7 +116,9 @@ def test_invalid_put_changes_nothing(gateway_server: Server, restore_dlfp: dict[
     assert after["state"]["settings_in_engine"] == before["state"]["settings_in_engine"]
 
 
-def test_outputs_identical_with_controller_off_and_on(gateway_server: Server, restore_dlfp: dict[str, Any]) -> None:
+def test_outputs_identical_with_controller_off_and_on(
+    gateway_server: Server, restore_dlfp: dict[str, Any]
+) -> None:
     """The controller changes when tokens are computed, never which (greedy, float32)."""
     outputs = {}
     modes = {

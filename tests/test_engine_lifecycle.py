@@ -23,19 +23,34 @@ pytestmark = pytest.mark.engine
 
 
 def _own_server(name: str, model_dir: Path) -> Server:
-    return start_server(name, {
-        "DLFP_MODEL": str(model_dir), "DLFP_SERVED_MODEL_NAME": TINY_MODEL_NAME,
-        "DLFP_DTYPE": "float32", "DLFP_DEVICE": "cpu", "DLFP_KV_CACHE_GIB": "1", "DLFP_DRAIN_S": "60",
-    })  # fmt: skip
+    return start_server(
+        name,
+        {
+            "DLFP_MODEL": str(model_dir),
+            "DLFP_SERVED_MODEL_NAME": TINY_MODEL_NAME,
+            "DLFP_DTYPE": "float32",
+            "DLFP_DEVICE": "cpu",
+            "DLFP_KV_CACHE_GIB": "1",
+            "DLFP_DRAIN_S": "60",
+        },
+    )
 
 
-def _stream_in_thread(server: Server, max_tokens: int, out: dict[str, Any], started: threading.Event) -> None:
-    body = chat_body("Tell me a long story about the station.", max_tokens, stream=True,
-                     stream_options={"include_usage": True})  # fmt: skip
+def _stream_in_thread(
+    server: Server, max_tokens: int, out: dict[str, Any], started: threading.Event
+) -> None:
+    body = chat_body(
+        "Tell me a long story about the station.",
+        max_tokens,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     lines = []
     try:
-        with httpx.Client(base_url=server.base_url, timeout=300) as client, \
-                client.stream("POST", "/v1/chat/completions", json=body) as r:  # fmt: skip
+        with (
+            httpx.Client(base_url=server.base_url, timeout=300) as client,
+            client.stream("POST", "/v1/chat/completions", json=body) as r,
+        ):
             out["status"] = r.status_code
             for line in r.iter_lines():
                 lines.append(line)

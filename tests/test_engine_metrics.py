@@ -35,11 +35,25 @@ def test_one_ttft_and_n_minus_1_itl_samples_per_stream(gateway_server: Server) -
 def test_exposition_parses_and_passes_promtool(gateway_server: Server, promtool: str) -> None:
     text = httpx.get(gateway_server.base_url + "/metrics", timeout=30).text
     names = {family.name for family in text_string_to_metric_families(text)}
-    for expected in ("dlfp_ttft_seconds", "dlfp_itl_seconds", "dlfp_requests", "dlfp_controller_cap_tokens"):
+    for expected in (
+        "dlfp_ttft_seconds",
+        "dlfp_itl_seconds",
+        "dlfp_requests",
+        "dlfp_controller_cap_tokens",
+    ):
         assert expected in names
     # promtool's linter rejects the colons in vLLM's names: check our own family only.
-    ours = "\n".join(line for line in text.splitlines() if "dlfp_" in line.split(" ")[0] or line.startswith("# ") and " dlfp_" in line) + "\n"
-    done = subprocess.run([promtool, "check", "metrics"], input=ours, capture_output=True, text=True, timeout=60)
+    ours = (
+        "\n".join(
+            line
+            for line in text.splitlines()
+            if "dlfp_" in line.split(" ")[0] or (line.startswith("# ") and " dlfp_" in line)
+        )
+        + "\n"
+    )
+    done = subprocess.run(
+        [promtool, "check", "metrics"], input=ours, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -49,8 +63,12 @@ def promtool() -> str:
     path = shutil.which("promtool")
     if path is None:
         subprocess.run(["apt-get", "update", "-qq"], check=False, capture_output=True, timeout=600)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "prometheus"],
-                       check=True, capture_output=True, timeout=900)  # fmt: skip
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "prometheus"],
+            check=True,
+            capture_output=True,
+            timeout=900,
+        )
         path = shutil.which("promtool")
     assert path is not None, "promtool not found after installing Debian's prometheus"
     return path

@@ -24,22 +24,34 @@ def _oai(server: Server) -> openai.OpenAI:
 
 def running_requests(server: Server) -> float:
     text = httpx.get(server.base_url + "/metrics", timeout=30).text
-    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-              if line.startswith("vllm:num_requests_running")]  # fmt: skip
+    values = [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:num_requests_running")
+    ]
     return sum(values)
 
 
 def test_openai_client_streaming_and_not(gateway_server: Server) -> None:
     client = _oai(gateway_server)
     reply = client.chat.completions.create(
-        model=TINY_MODEL_NAME, messages=MESSAGES, max_tokens=12, temperature=0, extra_body={"ignore_eos": True}
+        model=TINY_MODEL_NAME,
+        messages=MESSAGES,
+        max_tokens=12,
+        temperature=0,
+        extra_body={"ignore_eos": True},
     )
     assert reply.usage is not None and reply.usage.completion_tokens == 12
     assert reply.choices[0].message.content
     stream = client.chat.completions.create(
-        model=TINY_MODEL_NAME, messages=MESSAGES, max_tokens=12, temperature=0, stream=True,
-        stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
-    )  # fmt: skip
+        model=TINY_MODEL_NAME,
+        messages=MESSAGES,
+        max_tokens=12,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 12
@@ -50,14 +62,23 @@ def test_openai_client_streaming_and_not(gateway_server: Server) -> None:
 def test_completions_logprobs_and_stop(gateway_server: Server) -> None:
     client = _oai(gateway_server)
     reply = client.completions.create(
-        model=TINY_MODEL_NAME, prompt="The morning train left the station", max_tokens=5,
-        temperature=0, logprobs=3, extra_body={"ignore_eos": True},
-    )  # fmt: skip
+        model=TINY_MODEL_NAME,
+        prompt="The morning train left the station",
+        max_tokens=5,
+        temperature=0,
+        logprobs=3,
+        extra_body={"ignore_eos": True},
+    )
     lp = reply.choices[0].logprobs
     assert lp is not None and len(lp.tokens or []) == 5
     assert all(len(top) >= 1 for top in lp.top_logprobs or [])
     chat = client.chat.completions.create(
-        model=TINY_MODEL_NAME, messages=MESSAGES, max_tokens=4, temperature=0, logprobs=True, top_logprobs=2
+        model=TINY_MODEL_NAME,
+        messages=MESSAGES,
+        max_tokens=4,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
     )
     content = chat.choices[0].logprobs.content  # type: ignore[union-attr]
     assert content and all(len(t.top_logprobs) == 2 for t in content)
@@ -71,9 +92,12 @@ def test_json_schema_response_format(gateway_server: Server) -> None:
         "additionalProperties": False,
     }
     reply = _oai(gateway_server).chat.completions.create(
-        model=TINY_MODEL_NAME, messages=MESSAGES, max_tokens=40, temperature=0,
+        model=TINY_MODEL_NAME,
+        messages=MESSAGES,
+        max_tokens=40,
+        temperature=0,
         response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}},
-    )  # fmt: skip
+    )
     parsed = json.loads(reply.choices[0].message.content or "")
     assert parsed["color"] in ("red", "blue")
 
@@ -81,7 +105,10 @@ def test_json_schema_response_format(gateway_server: Server) -> None:
 def test_too_long_prompt_is_400(gateway_server: Server) -> None:
     long = "the fields were wet " * 3000
     with gateway_server.client() as client:
-        r = client.post("/v1/chat/completions", json={"model": TINY_MODEL_NAME, "messages": [{"role": "user", "content": long}]})
+        r = client.post(
+            "/v1/chat/completions",
+            json={"model": TINY_MODEL_NAME, "messages": [{"role": "user", "content": long}]},
+        )
     assert r.status_code == 400
     assert "context" in r.json()["error"]["message"]
 
@@ -89,11 +116,20 @@ def test_too_long_prompt_is_400(gateway_server: Server) -> None:
 def test_concurrent_streams_all_complete(gateway_server: Server) -> None:
     def one(i: int) -> int:
         with gateway_server.client() as client:
-            body = {"model": TINY_MODEL_NAME, "messages": [{"role": "user", "content": f"Story number {i} about rain."}],
-                    "max_tokens": 16, "stream": True, "ignore_eos": True}  # fmt: skip
+            body = {
+                "model": TINY_MODEL_NAME,
+                "messages": [{"role": "user", "content": f"Story number {i} about rain."}],
+                "max_tokens": 16,
+                "stream": True,
+                "ignore_eos": True,
+            }
             r = client.post("/v1/chat/completions", json=body)
             assert r.status_code == 200 and sse_data(r.text)[-1] == "[DONE]"
-            return sum(1 for c in sse_json(r.text)[1:] if c["choices"] and c["choices"][0]["delta"].get("content") is not None)
+            return sum(
+                1
+                for c in sse_json(r.text)[1:]
+                if c["choices"] and c["choices"][0]["delta"].get("content") is not None
+            )
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         counts = list(pool.map(one, range(8)))
@@ -101,8 +137,17 @@ def test_concurrent_streams_all_complete(gateway_server: Server) -> None:
 
 
 def test_disconnect_mid_stream_aborts_engine_request(gateway_server: Server) -> None:
-    body = {"model": TINY_MODEL_NAME, "messages": MESSAGES, "max_tokens": 2000, "stream": True, "ignore_eos": True}
-    with gateway_server.client() as client, client.stream("POST", "/v1/chat/completions", json=body) as r:
+    body = {
+        "model": TINY_MODEL_NAME,
+        "messages": MESSAGES,
+        "max_tokens": 2000,
+        "stream": True,
+        "ignore_eos": True,
+    }
+    with (
+        gateway_server.client() as client,
+        client.stream("POST", "/v1/chat/completions", json=body) as r,
+    ):
         seen = 0
         for line in r.iter_lines():
             seen += line.startswith("data: ")

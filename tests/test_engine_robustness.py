@@ -21,8 +21,12 @@ pytestmark = pytest.mark.engine
 @pytest.fixture
 def tight_admission(gateway_server: Server) -> Iterator[None]:
     before = admin(gateway_server, "GET", "/admin/admission").json()["settings"]
-    r = admin(gateway_server, "PATCH", "/admin/admission",
-              json={"max_concurrent": 2, "max_queue": 3, "max_queue_wait_s": 8})  # fmt: skip
+    r = admin(
+        gateway_server,
+        "PATCH",
+        "/admin/admission",
+        json={"max_concurrent": 2, "max_queue": 3, "max_queue_wait_s": 8},
+    )
     assert r.status_code == 200
     yield
     assert admin(gateway_server, "PATCH", "/admin/admission", json=before).status_code == 200
@@ -32,9 +36,12 @@ def wait_idle(server: Server, timeout_s: float = 60) -> dict[str, float]:
     deadline = time.monotonic() + timeout_s
     while True:
         m = metrics(server)
-        idle = (m["dlfp_active_requests"] == 0 and m["dlfp_queued_requests"] == 0
-                and metric_sum(m, "vllm:num_requests_running") == 0
-                and metric_sum(m, "vllm:num_requests_waiting") == 0)  # fmt: skip
+        idle = (
+            m["dlfp_active_requests"] == 0
+            and m["dlfp_queued_requests"] == 0
+            and metric_sum(m, "vllm:num_requests_running") == 0
+            and metric_sum(m, "vllm:num_requests_waiting") == 0
+        )
         if idle or time.monotonic() > deadline:
             return m
         time.sleep(0.5)
@@ -57,13 +64,19 @@ def test_poisson_burst_over_capacity(gateway_server: Server, tight_admission: No
     for _ in range(24):
         t += rng.expovariate(20.0)  # 20 req/s offered; 2 streams of ~1 s each serve ~2 req/s
         arrivals.append(t)
-    bodies = [chat_body(long_prompt(500 + i, 800), 256, stream=True, stream_options={"include_usage": True})
-              for i in range(len(arrivals))]  # fmt: skip
+    bodies = [
+        chat_body(
+            long_prompt(500 + i, 800), 256, stream=True, stream_options={"include_usage": True}
+        )
+        for i in range(len(arrivals))
+    ]
     rss_before = rss_mb(gateway_server)
 
     async def burst() -> list[dict[str, Any]]:
         async with httpx.AsyncClient(base_url=gateway_server.base_url, timeout=300) as client:
-            return await asyncio.gather(*[_one(client, b, d) for b, d in zip(bodies, arrivals, strict=True)])
+            return await asyncio.gather(
+                *[_one(client, b, d) for b, d in zip(bodies, arrivals, strict=True)]
+            )
 
     results = asyncio.run(burst())
     completed = 0
@@ -79,17 +92,25 @@ def test_poisson_burst_over_capacity(gateway_server: Server, tight_admission: No
     assert m["dlfp_active_requests"] == 0 and m["dlfp_queued_requests"] == 0
     assert metric_sum(m, "vllm:num_requests_running") == 0
     # Still serving, and memory back near where it was.
-    ok = httpx.post(gateway_server.base_url + "/v1/chat/completions", json=chat_body("Still there?", 4), timeout=120)
+    ok = httpx.post(
+        gateway_server.base_url + "/v1/chat/completions",
+        json=chat_body("Still there?", 4),
+        timeout=120,
+    )
     assert ok.status_code == 200
     assert rss_mb(gateway_server) < rss_before + 200
 
 
-def test_disconnects_at_random_points_leave_nothing_running(gateway_server: Server, tight_admission: None) -> None:
+def test_disconnects_at_random_points_leave_nothing_running(
+    gateway_server: Server, tight_admission: None
+) -> None:
     rng = random.Random(5)
 
     async def leave_after(client: httpx.AsyncClient, i: int) -> None:
         body = chat_body(long_prompt(900 + i, 600), 400, stream=True)
-        stop_after = rng.choice([0, 1, 3, 10])  # 0 = leave before the first event (often while queued)
+        stop_after = rng.choice(
+            [0, 1, 3, 10]
+        )  # 0 = leave before the first event (often while queued)
         try:
             async with client.stream("POST", "/v1/chat/completions", json=body) as r:
                 seen = 0
@@ -129,7 +150,9 @@ def test_schemathesis_finds_no_500(gateway_server: Server) -> None:
         props = raw["components"]["schemas"][name]["properties"]
         for key in ("max_tokens", "max_completion_tokens"):
             if key in props:
-                props[key] = {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 8}, {"type": "null"}]}
+                props[key] = {
+                    "anyOf": [{"type": "integer", "minimum": 1, "maximum": 8}, {"type": "null"}]
+                }
         props["model"] = {"type": "string", "enum": [TINY_MODEL_NAME, "no-such-model"]}
         props["n"] = {"type": "integer", "minimum": 1, "maximum": 2}
     schema = schemathesis.openapi.from_dict(raw)

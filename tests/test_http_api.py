@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import openai
 import httpx
+import openai
 
 from tests.fakes import FakeEngine
 from tests.http_helpers import fake_client, sse_data, sse_json
@@ -20,7 +20,7 @@ async def test_models_and_health() -> None:
 
 
 async def test_ready_is_503_until_engine_serves() -> None:
-    async with fake_client(FakeEngine(ready=False)) as (client, app, engine):
+    async with fake_client(FakeEngine(ready=False)) as (client, _app, engine):
         engine._ready = False
         assert (await client.get("/ready")).status_code == 503
         r = await client.post("/v1/chat/completions", json=CHAT)
@@ -68,15 +68,41 @@ async def test_completions_stream_and_n() -> None:
 async def test_errors_use_openai_body_and_status() -> None:
     async with fake_client(max_body_bytes=2048) as (client, _, _):
         cases = [
-            (client.post("/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"}), 400),
+            (
+                client.post(
+                    "/v1/chat/completions",
+                    content=b"{not json",
+                    headers={"content-type": "application/json"},
+                ),
+                400,
+            ),
             (client.post("/v1/chat/completions", json={"model": "fake-model"}), 400),
             (client.post("/v1/chat/completions", json=CHAT | {"model": "nope"}), 404),
             (client.post("/v1/chat/completions", json=CHAT | {"temperature": "hot"}), 400),
             (client.post("/v1/chat/completions", json=CHAT | {"max_tokens": 10**9}), 400),
             (client.post("/v1/chat/completions", json=CHAT | {"n": 1000}), 400),
-            (client.post("/v1/chat/completions", json=CHAT | {"messages": [{"role": "user", "content": "x" * 300}]}), 400),
-            (client.post("/v1/chat/completions", json=CHAT | {"messages": [{"role": "user", "content": "x" * 4000}]}), 413),
-            (client.post("/v1/chat/completions", content=b'{"model": "\xff\xfe"}', headers={"content-type": "application/json"}), 400),
+            (
+                client.post(
+                    "/v1/chat/completions",
+                    json=CHAT | {"messages": [{"role": "user", "content": "x" * 300}]},
+                ),
+                400,
+            ),
+            (
+                client.post(
+                    "/v1/chat/completions",
+                    json=CHAT | {"messages": [{"role": "user", "content": "x" * 4000}]},
+                ),
+                413,
+            ),
+            (
+                client.post(
+                    "/v1/chat/completions",
+                    content=b'{"model": "\xff\xfe"}',
+                    headers={"content-type": "application/json"},
+                ),
+                400,
+            ),
             (client.post("/v1/completions", json={"model": "fake-model", "prompt": [5000]}), 400),
         ]
         for call, status in cases:
@@ -88,14 +114,19 @@ async def test_errors_use_openai_body_and_status() -> None:
 
 async def test_context_overflow_message_says_so() -> None:
     async with fake_client() as (client, _, _):
-        r = await client.post("/v1/chat/completions", json=CHAT | {"messages": [{"role": "user", "content": "x" * 300}]})
+        r = await client.post(
+            "/v1/chat/completions",
+            json=CHAT | {"messages": [{"role": "user", "content": "x" * 300}]},
+        )
         assert "context" in r.json()["error"]["message"]
         assert r.json()["error"]["code"] == "context_length_exceeded"
 
 
 async def test_request_id_echoed_or_made() -> None:
     async with fake_client() as (client, _, _):
-        r = await client.post("/v1/chat/completions", json=CHAT, headers={"X-Request-Id": "abc-123"})
+        r = await client.post(
+            "/v1/chat/completions", json=CHAT, headers={"X-Request-Id": "abc-123"}
+        )
         assert r.headers["x-request-id"] == "abc-123"
         assert r.json()["id"] == "chatcmpl-abc-123"
         r = await client.get("/v1/models")
@@ -105,8 +136,12 @@ async def test_request_id_echoed_or_made() -> None:
 async def test_api_keys_protect_v1() -> None:
     async with fake_client(api_keys="k1,k2") as (client, _, _):
         assert (await client.get("/v1/models")).status_code == 401
-        assert (await client.get("/v1/models", headers={"Authorization": "Bearer k3"})).status_code == 401
-        assert (await client.get("/v1/models", headers={"Authorization": "Bearer k2"})).status_code == 200
+        assert (
+            await client.get("/v1/models", headers={"Authorization": "Bearer k3"})
+        ).status_code == 401
+        assert (
+            await client.get("/v1/models", headers={"Authorization": "Bearer k2"})
+        ).status_code == 200
         assert (await client.get("/health")).status_code == 200
 
 
@@ -122,19 +157,28 @@ async def test_engine_death_mid_stream_ends_with_error_event() -> None:
 
 
 async def test_openai_client_unchanged() -> None:
-    async with fake_client() as (client, app, _):
+    async with fake_client() as (_client, app, _):
         transport = httpx.ASGITransport(app=app)
         http = httpx.AsyncClient(transport=transport, base_url="http://testserver/v1")
-        oai = openai.AsyncOpenAI(api_key="unused", base_url="http://testserver/v1", http_client=http)
-        reply = await oai.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+        oai = openai.AsyncOpenAI(
+            api_key="unused", base_url="http://testserver/v1", http_client=http
+        )
+        reply = await oai.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": "hi"}], max_tokens=3
+        )
         assert reply.choices[0].message.content == "fake token stream"
         stream = await oai.chat.completions.create(
-            model="fake-model", messages=[{"role": "user", "content": "hi"}], max_tokens=3, stream=True
+            model="fake-model",
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=3,
+            stream=True,
         )
         text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
         assert text == "fake token stream"
         try:
-            await oai.chat.completions.create(model="other", messages=[{"role": "user", "content": "hi"}])
+            await oai.chat.completions.create(
+                model="other", messages=[{"role": "user", "content": "hi"}]
+            )
         except openai.NotFoundError as exc:
             assert exc.status_code == 404
         else:

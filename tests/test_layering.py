@@ -35,6 +35,16 @@ def test_controller_imports_neither_vllm_nor_fastapi() -> None:
 
 
 def test_gateway_reaches_vllm_only_through_its_engine_module() -> None:
-    files = [p for p in (ROOT / "gateway").rglob("*.py") if p.name != "engine.py" or p.parent.name != "gateway"]
-    forbidden = ("vllm", "torch", "engine_worker.engine", "engine_worker.scheduler", "engine_worker.channel")
+    files = [
+        p
+        for p in (ROOT / "gateway").rglob("*.py")
+        if p.name != "engine.py" or p.parent.name != "gateway"
+    ]
+    forbidden = (
+        "vllm",
+        "torch",
+        "engine_worker.engine",
+        "engine_worker.scheduler",
+        "engine_worker.channel",
+    )
     assert _offenders(files, forbidden) == {}

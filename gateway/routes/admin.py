@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Request
+from fastapi import APIRouter, Body, Query, Request
 from pydantic import ValidationError
 
 from engine_worker.dlfp_config import DLFPConfig
@@ -31,14 +31,18 @@ STATE_KEYS = (
     "num_mixed_steps",
     "num_decode_free_steps",
 )
-_ERRORS: dict[int | str, dict[str, Any]] = {s: {"model": ErrorResponse} for s in (401, 403, 422, 503)}
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    s: {"model": ErrorResponse} for s in (401, 403, 422, 503)
+}
 
 
 def _invalid(exc: ValidationError) -> APIError:
     first = exc.errors()[0] if exc.errors() else {"msg": "invalid settings", "loc": ()}
     param = ".".join(str(p) for p in first.get("loc", ())) or None
     message = str(first.get("msg", "invalid settings")).removeprefix("Value error, ")
-    return APIError(422, f"{param}: {message}" if param else message, param=param, code="invalid_settings")
+    return APIError(
+        422, f"{param}: {message}" if param else message, param=param, code="invalid_settings"
+    )
 
 
 async def _snapshot(gateway: GatewayState, state: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -57,7 +61,9 @@ async def _snapshot(gateway: GatewayState, state: dict[str, Any] | None = None) 
     }
 
 
-async def _apply(gateway: GatewayState, new: DLFPConfig, who: str, request: Request) -> dict[str, Any]:
+async def _apply(
+    gateway: GatewayState, new: DLFPConfig, who: str, request: Request
+) -> dict[str, Any]:
     old = gateway.dlfp
     state = await gateway.engine.apply_dlfp_config(new)
     gateway.dlfp = new
@@ -70,9 +76,14 @@ async def _apply(gateway: GatewayState, new: DLFPConfig, who: str, request: Requ
     gateway.metrics.controller_target.set(new.target_ms / 1000)
     logger.info(
         "dlfp settings changed",
-        extra={"event": "admin_change", "section": "dlfp", "who": who, "changes": changed,
-               "method": request.method},
-    )  # fmt: skip
+        extra={
+            "event": "admin_change",
+            "section": "dlfp",
+            "who": who,
+            "changes": changed,
+            "method": request.method,
+        },
+    )
     return await _snapshot(gateway, state)
 
 
@@ -89,8 +100,12 @@ async def put_dlfp(
     """Replace the whole settings object (every field required)."""
     missing = sorted(set(DLFPConfig.model_fields) - set(body))
     if missing:
-        raise APIError(422, f"PUT needs every field; missing: {', '.join(missing)}",
-                       param=missing[0], code="invalid_settings")  # fmt: skip
+        raise APIError(
+            422,
+            f"PUT needs every field; missing: {', '.join(missing)}",
+            param=missing[0],
+            code="invalid_settings",
+        )
     try:
         new = DLFPConfig.model_validate(body)
     except ValidationError as exc:
@@ -147,12 +162,30 @@ async def patch_admission(
         except ValidationError as exc:
             raise _invalid(exc) from exc
         gateway.admission.update_limits(new)
-        changes = {k: {"old": v, "new": getattr(new, k)} for k, v in old.model_dump().items()
-                   if getattr(new, k) != v}  # fmt: skip
+        changes = {
+            k: {"old": v, "new": getattr(new, k)}
+            for k, v in old.model_dump().items()
+            if getattr(new, k) != v
+        }
         gateway.metrics.admin_changes.inc()
         logger.info(
             "admission limits changed",
-            extra={"event": "admin_change", "section": "admission", "who": who,
-                   "changes": changes, "method": request.method},
-        )  # fmt: skip
+            extra={
+                "event": "admin_change",
+                "section": "admission",
+                "who": who,
+                "changes": changes,
+                "method": request.method,
+            },
+        )
         return _admission_view(gateway)
+
+
+@router.get("/dlfp/steps", responses=_ERRORS)
+async def get_dlfp_steps(
+    gateway: GatewayDep, _: AdminDep, since: Annotated[int, Query(ge=0)] = 0
+) -> dict[str, Any]:
+    """Per-step telemetry from the scheduler (a ring buffer of recent steps)."""
+    gateway.check_engine()
+    steps = await gateway.engine.get_dlfp_steps(since)
+    return {"steps": steps, "next": (steps[-1]["step_index"] + 1) if steps else since}

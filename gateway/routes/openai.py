@@ -45,7 +45,9 @@ _STREAM = {"text/event-stream": {"schema": {"type": "string"}}}
 
 @router.get("/v1/models", response_model=ModelList, responses=_ERRORS)
 async def list_models(engine: EngineDep) -> ModelList:
-    card = ModelCard(id=engine.info.model_name, created=now_s(), max_model_len=engine.info.max_model_len)
+    card = ModelCard(
+        id=engine.info.model_name, created=now_s(), max_model_len=engine.info.max_model_len
+    )
     return ModelList(data=[card])
 
 
@@ -96,12 +98,24 @@ async def chat_completions(
 async def _chat_events(
     generation: Generation, rid: str, model: str, include_usage: bool
 ) -> AsyncIterator[bytes]:
-    base: dict[str, Any] = {"id": rid, "object": "chat.completion.chunk", "created": now_s(), "model": model}
+    base: dict[str, Any] = {
+        "id": rid,
+        "object": "chat.completion.chunk",
+        "created": now_s(),
+        "model": model,
+    }
     if include_usage:
         base["usage"] = None
     for index in range(generation.request.options.n):
         delta = {"role": "assistant", "content": ""}
-        yield event(base | {"choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}]})
+        yield event(
+            base
+            | {
+                "choices": [
+                    {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
+                ]
+            }
+        )
     try:
         async for chunk in generation.chunks():
             for c in chunk.choices:
@@ -120,7 +134,13 @@ async def _chat_events(
         return
     if include_usage:
         stats = generation.stats
-        yield event(base | {"choices": [], "usage": usage(stats.num_prompt_tokens, stats.total_generated).model_dump()})
+        yield event(
+            base
+            | {
+                "choices": [],
+                "usage": usage(stats.num_prompt_tokens, stats.total_generated).model_dump(),
+            }
+        )
     yield DONE
 
 
@@ -136,18 +156,30 @@ async def _chat_result(generation: Generation, rid: str, model: str) -> ChatComp
                 lp = chat_logprobs(c)
                 if lp is not None:
                     old = logprobs[c.index]
-                    logprobs[c.index] = lp if old is None else ChatLogprobs(content=(old.content or []) + (lp.content or []))
+                    logprobs[c.index] = (
+                        lp
+                        if old is None
+                        else ChatLogprobs(content=(old.content or []) + (lp.content or []))
+                    )
     except EngineDeadError as exc:
         raise APIError(503, f"the engine failed: {exc}", code="engine_error") from exc
     choices = [
-        ChatChoice(index=i, message=AssistantMessage(content=texts[i]), logprobs=logprobs[i], finish_reason=finish[i])
+        ChatChoice(
+            index=i,
+            message=AssistantMessage(content=texts[i]),
+            logprobs=logprobs[i],
+            finish_reason=finish[i],
+        )
         for i in range(n)
     ]
     stats = generation.stats
     return ChatCompletion(
-        id=rid, created=now_s(), model=model, choices=choices,
+        id=rid,
+        created=now_s(),
+        model=model,
+        choices=choices,
         usage=usage(stats.num_prompt_tokens, stats.total_generated),
-    )  # fmt: skip
+    )
 
 
 @router.post(
@@ -169,7 +201,12 @@ async def completions(
 async def _completion_events(
     generation: Generation, rid: str, model: str, include_usage: bool
 ) -> AsyncIterator[bytes]:
-    base: dict[str, Any] = {"id": rid, "object": "text_completion", "created": now_s(), "model": model}
+    base: dict[str, Any] = {
+        "id": rid,
+        "object": "text_completion",
+        "created": now_s(),
+        "model": model,
+    }
     if include_usage:
         base["usage"] = None
     offsets: dict[int, int] = {}
@@ -192,7 +229,13 @@ async def _completion_events(
         return
     if include_usage:
         stats = generation.stats
-        yield event(base | {"choices": [], "usage": usage(stats.num_prompt_tokens, stats.total_generated).model_dump()})
+        yield event(
+            base
+            | {
+                "choices": [],
+                "usage": usage(stats.num_prompt_tokens, stats.total_generated).model_dump(),
+            }
+        )
     yield DONE
 
 
@@ -208,11 +251,15 @@ async def _completion_result(generation: Generation, rid: str, model: str) -> Co
                 finish[c.index] = c.finish_reason or finish[c.index]
                 if lp is not None:
                     old = logprobs[c.index]
-                    logprobs[c.index] = lp if old is None else CompletionLogprobs(
-                        tokens=old.tokens + lp.tokens,
-                        token_logprobs=old.token_logprobs + lp.token_logprobs,
-                        top_logprobs=old.top_logprobs + lp.top_logprobs,
-                        text_offset=old.text_offset + lp.text_offset,
+                    logprobs[c.index] = (
+                        lp
+                        if old is None
+                        else CompletionLogprobs(
+                            tokens=old.tokens + lp.tokens,
+                            token_logprobs=old.token_logprobs + lp.token_logprobs,
+                            top_logprobs=old.top_logprobs + lp.top_logprobs,
+                            text_offset=old.text_offset + lp.text_offset,
+                        )
                     )
     except EngineDeadError as exc:
         raise APIError(503, f"the engine failed: {exc}", code="engine_error") from exc
@@ -222,6 +269,9 @@ async def _completion_result(generation: Generation, rid: str, model: str) -> Co
     ]
     stats = generation.stats
     return Completion(
-        id=rid, created=now_s(), model=model, choices=choices,
+        id=rid,
+        created=now_s(),
+        model=model,
+        choices=choices,
         usage=usage(stats.num_prompt_tokens, stats.total_generated),
-    )  # fmt: skip
+    )
