@@ -82,6 +82,8 @@ class _SamplingFields(_Request):
     """vLLM extension: lower is served first."""
     cache_salt: str | None = Field(default=None, min_length=1, max_length=256)
     """vLLM extension: prefix-cache entries are shared only between equal salts."""
+    return_token_ids: StrictBool = False
+    """vLLM extension: each streamed choice also carries its generated ``token_ids``."""
     user: str | None = None
 
     def stop_list(self) -> tuple[str, ...]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from tests.tiny_model import make_tiny_model
@@ -56,7 +57,12 @@ class Server:
 def start_server(
     name: str, env_overrides: dict[str, str], ready_timeout_s: float = 600.0
 ) -> Server:
-    """``python -m gateway serve`` on a free port; waits for /ready."""
+    """``python -m gateway serve`` on a free port; waits for /ready.
+
+    NOTE: not in a session of its own. With the kernel's autogroup scheduling a new
+    session gets its own CPU share, and on two cores the engine's busy worker then
+    starves the gateway's event loop: requests were admitted one at a time.
+    """
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = {
@@ -75,7 +81,6 @@ def start_server(
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
-        start_new_session=True,
     )
     server = Server(
         f"http://127.0.0.1:{port}", process, log_path, env.get("DLFP_SERVED_MODEL_NAME", "")
@@ -103,7 +108,9 @@ def stop_server(server: Server, timeout_s: float = 120.0) -> int:
         try:
             server.process.wait(timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(server.process.pid, signal.SIGKILL)
+            for child in psutil.Process(server.process.pid).children(recursive=True):
+                child.kill()
+            server.process.kill()
             server.process.wait()
     return server.process.returncode
 

@@ -183,3 +183,11 @@ async def test_openai_client_unchanged() -> None:
             assert exc.status_code == 404
         else:
             raise AssertionError("expected NotFoundError")
+
+
+async def test_return_token_ids_in_stream() -> None:
+    async with fake_client() as (client, _, _):
+        body = CHAT | {"stream": True, "return_token_ids": True}
+        r = await client.post("/v1/chat/completions", json=body)
+        ids = [c["choices"][0]["token_ids"] for c in sse_json(r.text)[1:]]
+        assert ids == [[0], [1], [2], [3], [4]]

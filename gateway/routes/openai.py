@@ -90,13 +90,15 @@ async def chat_completions(
     generation = await _start(gateway, request, prepared)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        events = _chat_events(generation, rid, engine.info.model_name, include_usage)
+        events = _chat_events(
+            generation, rid, engine.info.model_name, include_usage, body.return_token_ids
+        )
         return sse_response(events, gateway.response_headers(request), gateway.keepalive_s)
     return await _chat_result(generation, rid, engine.info.model_name)
 
 
 async def _chat_events(
-    generation: Generation, rid: str, model: str, include_usage: bool
+    generation: Generation, rid: str, model: str, include_usage: bool, with_ids: bool = False
 ) -> AsyncIterator[bytes]:
     base: dict[str, Any] = {
         "id": rid,
@@ -128,6 +130,8 @@ async def _chat_events(
                     "logprobs": None if logprobs is None else logprobs.model_dump(),
                     "finish_reason": c.finish_reason,
                 }
+                if with_ids:
+                    choice["token_ids"] = c.token_ids
                 yield event(base | {"choices": [choice]})
     except EngineDeadError as exc:
         yield _error_event(exc)
@@ -193,13 +197,15 @@ async def completions(
     generation = await _start(gateway, request, prepared)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        events = _completion_events(generation, rid, engine.info.model_name, include_usage)
+        events = _completion_events(
+            generation, rid, engine.info.model_name, include_usage, body.return_token_ids
+        )
         return sse_response(events, gateway.response_headers(request), gateway.keepalive_s)
     return await _completion_result(generation, rid, engine.info.model_name)
 
 
 async def _completion_events(
-    generation: Generation, rid: str, model: str, include_usage: bool
+    generation: Generation, rid: str, model: str, include_usage: bool, with_ids: bool = False
 ) -> AsyncIterator[bytes]:
     base: dict[str, Any] = {
         "id": rid,
@@ -223,6 +229,8 @@ async def _completion_events(
                     "logprobs": None if lp is None else lp.model_dump(),
                     "finish_reason": c.finish_reason,
                 }
+                if with_ids:
+                    choice["token_ids"] = c.token_ids
                 yield event(base | {"choices": [choice]})
     except EngineDeadError as exc:
         yield _error_event(exc)

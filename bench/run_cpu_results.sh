@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Reproduces the README's CPU results: SmolLM2-135M (bf16) on this 2-core machine.
+# About an hour. Resumable: a rerun skips the trials already recorded in $OUT.
+#   bench/run_cpu_results.sh            # NREQ=20 SEEDS=801,802,803 OUT=bench/results/cpu
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+OUT=${OUT:-bench/results/cpu}
+SEEDS=${SEEDS:-801,802,803}
+SWEEP_SEED=${SWEEP_SEED:-801}
+NREQ=${NREQ:-20}
+PORT=${PORT:-8100}
+TOKEN=bench-admin-token
+mkdir -p "$OUT/logs"
+TOK=$($PY -c "from engine_worker.embedded_model import ensure_embedded_model as e; print(e())")
+BENCH=($PY -m gateway bench --base-url "http://127.0.0.1:$PORT" --protocol cpu
+       --num-requests "$NREQ" --tokenizer "$TOK" --admin-token "$TOKEN" --results "$OUT")
+
+start() {  # start NAME CMD...: run a server in the background and wait for it to answer
+    local name=$1; shift
+    echo "== $(date +%T) starting $name" >&2
+    "$@" > "$OUT/logs/$name.log" 2>&1 &
+    PID=$!
+    for _ in $(seq 600); do
+        if curl -sf "http://127.0.0.1:$PORT/health" > /dev/null &&
+           curl -sf "http://127.0.0.1:$PORT/v1/models" > /dev/null; then
+            if [[ $name == vllm* ]] || curl -sf "http://127.0.0.1:$PORT/ready" > /dev/null; then return; fi
+        fi
+        kill -0 "$PID" 2> /dev/null || { tail -30 "$OUT/logs/$name.log"; exit 1; }
+        sleep 1
+    done
+    echo "$name did not come up" >&2; exit 1
+}
+stop() { kill -INT "$PID" 2> /dev/null || true; wait "$PID" 2> /dev/null || true; }
+trap stop EXIT
+gateway() { DLFP_ADMIN_TOKEN=$TOKEN $PY -m gateway serve --port "$PORT" "$@"; }
+
+# 1. One gateway; the arms switch its controller at runtime (PATCH /admin/dlfp), and a
+#    fresh cache_salt per trial keeps one arm's prompts out of another's prefix cache.
+start gateway gateway
+"${BENCH[@]}" --seeds "$SEEDS" \
+    --arm 'off={"controller":"off"}' \
+    --arm 'off-repeat={"controller":"off"}' \
+    --arm 'fixed-128={"controller":"fixed","fixed_cap_tokens":128}' \
+    --arm 'dlfp={"controller":"dlfp"}' \
+    --arm 'dlfp-ct={"controller":"dlfp-ct"}'
+# The static sweep, one seed: fixed caps on the same gateway ...
+"${BENCH[@]}" --seeds "$SWEEP_SEED" \
+    --arm 'fixed-64={"controller":"fixed","fixed_cap_tokens":64}' \
+    --arm 'fixed-256={"controller":"fixed","fixed_cap_tokens":256}'
+curl -sf -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$PORT/admin/dlfp/steps" > "$OUT/logs/steps-last.json" || true
+stop
+
+# ... and vLLM's own static knob at the same caps (an engine argument: one start each).
+for thr in 64 128 256; do
+    start "vllm-thr-$thr" gateway --controller off --engine-arg "long_prefill_token_threshold=$thr"
+    "${BENCH[@]}" --seeds "$SWEEP_SEED" --arm "vllm-thr-$thr" --admin-patch '{"controller":"off"}'
+    stop
+done
+
+# 2. The baseline a user would pick instead: vLLM's own OpenAI server, same engine settings.
+start vllm $PY -m gateway bench vllm-server --model "$TOK" \
+    --served-model-name smollm2-135m-instruct --port "$PORT"
+"${BENCH[@]}" --seeds "$SEEDS" --arm vllm
+stop
+
+# 3. Paired comparisons over the seeds.
+for arm in off-repeat fixed-128 dlfp dlfp-ct vllm; do
+    $PY -m gateway bench compare --results "$OUT" --baseline off --candidate "$arm"
+done
+$PY -m gateway bench summary --results "$OUT"
+echo "== $(date +%T) done" >&2
