@@ -46,5 +46,8 @@ lint: install
 	$(VENV)/bin/ruff format --check gateway engine_worker bench tests
 	$(VENV)/bin/mypy
 
+bench: install
+	bench/run_cpu_results.sh
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -267,6 +267,7 @@ class VLLMEngine:
         priority: int = 0,
         cache_salt: str | None = None,
     ) -> AsyncIterator[GenerationChunk]:
+        from vllm.exceptions import VLLMClientError
         from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDead
 
         llm = self._require()
@@ -278,7 +279,8 @@ class VLLMEngine:
             collector = await llm.add_request(request_id, prompt, params, priority=priority)
         except VLLMEngineDead as exc:
             raise EngineDeadError(str(exc)) from exc
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, VLLMClientError) as exc:
+            # vLLM's own input checks (token ids out of vocabulary, bad schema, ...).
             raise InvalidRequestError(str(exc)) from exc
         return self._stream(collector)
 

@@ -75,6 +75,24 @@ def _stop(body: ChatCompletionRequest | CompletionRequest) -> tuple[str, ...]:
         raise APIError(400, str(exc), param="stop") from exc
 
 
+def _options(
+    body: ChatCompletionRequest | CompletionRequest, max_tokens: int, logprobs: int | None
+) -> SamplingOptions:
+    return SamplingOptions(
+        max_tokens=max_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        seed=body.seed,
+        stop=_stop(body),
+        presence_penalty=body.presence_penalty,
+        frequency_penalty=body.frequency_penalty,
+        n=body.n,
+        logprobs=logprobs,
+        ignore_eos=body.ignore_eos,
+        **_response_format(body.response_format),
+    )
+
+
 def prepare_chat(
     body: ChatCompletionRequest, engine: Engine, request_id: str, max_tokens_limit: int
 ) -> PreparedRequest:
@@ -90,19 +108,7 @@ def prepare_chat(
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     if body.top_logprobs is not None and not body.logprobs:
         raise APIError(400, "top_logprobs requires logprobs=true", param="top_logprobs")
-    options = SamplingOptions(
-        max_tokens=max_tokens,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        seed=body.seed,
-        stop=_stop(body),
-        presence_penalty=body.presence_penalty,
-        frequency_penalty=body.frequency_penalty,
-        n=body.n,
-        logprobs=logprobs,
-        ignore_eos=body.ignore_eos,
-        **_response_format(body.response_format),
-    )
+    options = _options(body, max_tokens, logprobs)
     return PreparedRequest(request_id, "chat", prompt_ids, options, body.priority, body.cache_salt)
 
 
@@ -129,19 +135,7 @@ def prepare_completion(
         engine.info.max_model_len,
         max_tokens_limit,
     )
-    options = SamplingOptions(
-        max_tokens=max_tokens,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        seed=body.seed,
-        stop=_stop(body),
-        presence_penalty=body.presence_penalty,
-        frequency_penalty=body.frequency_penalty,
-        n=body.n,
-        logprobs=body.logprobs,
-        ignore_eos=body.ignore_eos,
-        **_response_format(body.response_format),
-    )
+    options = _options(body, max_tokens, body.logprobs)
     return PreparedRequest(
         request_id, "completions", prompt_ids, options, body.priority, body.cache_salt
     )

@@ -90,21 +90,27 @@ def test_sigterm_drains_streams_and_exits_zero(tiny_model_dir: Path) -> None:
 
 
 def test_engine_death_fails_fast_and_exits_nonzero(tiny_model_dir: Path) -> None:
+    """Kill the engine core under a stream: the stream ends with an error at once, and
+    serve exits non-zero (the quick tier checks /ready and new requests on a dead engine)."""
     server = _own_server("death-gateway", tiny_model_dir)
     try:
+        out: dict[str, Any] = {}
+        started = threading.Event()
+        worker = threading.Thread(target=_stream_in_thread, args=(server, 3000, out, started))
+        worker.start()
+        assert started.wait(120)
         children = psutil.Process(server.process.pid).children(recursive=True)
         cores = [p for p in children if "EngineCore" in " ".join([p.name(), *p.cmdline()])]
         assert cores, [p.name() for p in children]
+        killed_at = time.monotonic()
         for proc in cores:
             proc.kill()
-        deadline = time.monotonic() + 20
-        with httpx.Client(base_url=server.base_url, timeout=30) as client:
-            while client.get("/ready").status_code != 503 and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert client.get("/ready").status_code == 503
-            t0 = time.monotonic()
-            r = client.post("/v1/chat/completions", json=chat_body("hello", 4))
-            assert r.status_code == 503 and time.monotonic() - t0 < 5
+        worker.join(60)
+        assert not worker.is_alive() and time.monotonic() - killed_at < 30
+        assert out.get("status") == 200
+        events = sse_json(out["text"])
+        assert "error" in events[-1] and "[DONE]" not in sse_data(out["text"])
         assert server.process.wait(120) != 0
+        assert '"event":"engine_dead"' in server.log()
     finally:
         stop_server(server)

@@ -191,3 +191,12 @@ async def test_return_token_ids_in_stream() -> None:
         r = await client.post("/v1/chat/completions", json=body)
         ids = [c["choices"][0]["token_ids"] for c in sse_json(r.text)[1:]]
         assert ids == [[0], [1], [2], [3], [4]]
+
+
+async def test_dead_engine_is_503_at_once() -> None:
+    async with fake_client() as (client, _, engine):
+        engine.kill()
+        ready = await client.get("/ready")
+        assert ready.status_code == 503 and "engine failed" in ready.json()["reason"]
+        r = await client.post("/v1/chat/completions", json=CHAT)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "engine_unavailable"

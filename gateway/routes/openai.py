@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from engine_worker.api import EngineDeadError
+from engine_worker.api import ChoiceDelta
 from gateway.deps import AuthorizedV1, EngineDep, GatewayDep
 from gateway.errors import APIError, ErrorResponse
 from gateway.generation import Generation, PreparedRequest
@@ -20,6 +19,7 @@ from gateway.openai_format import (
     prepare_completion,
     usage,
 )
+from gateway.openai_stream import collect, finish_reason, joined_text, stream_events
 from gateway.protocol import (
     AssistantMessage,
     ChatChoice,
@@ -33,7 +33,7 @@ from gateway.protocol import (
     ModelCard,
     ModelList,
 )
-from gateway.sse import DONE, event, sse_response
+from gateway.sse import sse_response
 
 router = APIRouter(dependencies=[AuthorizedV1])
 
@@ -72,11 +72,6 @@ async def _start(gateway: GatewayDep, request: Request, prepared: PreparedReques
     return generation
 
 
-def _error_event(exc: Exception) -> bytes:
-    body = APIError(503, f"the engine failed during the stream: {exc}", code="engine_error").body()
-    return event(body)
-
-
 @router.post(
     "/v1/chat/completions",
     response_model=ChatCompletion,
@@ -88,102 +83,52 @@ async def chat_completions(
     rid = f"chatcmpl-{request.state.request_id}"
     prepared = prepare_chat(body, engine, rid, gateway.settings.max_tokens_limit)
     generation = await _start(gateway, request, prepared)
-    if body.stream:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        events = _chat_events(
-            generation, rid, engine.info.model_name, include_usage, body.return_token_ids
-        )
-        return sse_response(events, gateway.response_headers(request), gateway.keepalive_s)
-    return await _chat_result(generation, rid, engine.info.model_name)
+    model = engine.info.model_name
+    if not body.stream:
+        return _chat_reply(generation, rid, model, await collect(generation))
 
+    def choice(d: ChoiceDelta) -> dict[str, Any]:
+        lp = chat_logprobs(d)
+        out = {
+            "index": d.index,
+            "delta": {"content": d.text},
+            "logprobs": None if lp is None else lp.model_dump(),
+            "finish_reason": d.finish_reason,
+        }
+        return out | ({"token_ids": d.token_ids} if body.return_token_ids else {})
 
-async def _chat_events(
-    generation: Generation, rid: str, model: str, include_usage: bool, with_ids: bool = False
-) -> AsyncIterator[bytes]:
-    base: dict[str, Any] = {
-        "id": rid,
-        "object": "chat.completion.chunk",
-        "created": now_s(),
-        "model": model,
-    }
-    if include_usage:
-        base["usage"] = None
-    for index in range(generation.request.options.n):
-        delta = {"role": "assistant", "content": ""}
-        yield event(
-            base
-            | {
-                "choices": [
-                    {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
-                ]
-            }
-        )
-    try:
-        async for chunk in generation.chunks():
-            for c in chunk.choices:
-                if not c.token_ids and c.finish_reason is None:
-                    continue
-                logprobs = chat_logprobs(c)
-                choice = {
-                    "index": c.index,
-                    "delta": {"content": c.text},
-                    "logprobs": None if logprobs is None else logprobs.model_dump(),
-                    "finish_reason": c.finish_reason,
-                }
-                if with_ids:
-                    choice["token_ids"] = c.token_ids
-                yield event(base | {"choices": [choice]})
-    except EngineDeadError as exc:
-        yield _error_event(exc)
-        return
-    if include_usage:
-        stats = generation.stats
-        yield event(
-            base
-            | {
-                "choices": [],
-                "usage": usage(stats.num_prompt_tokens, stats.total_generated).model_dump(),
-            }
-        )
-    yield DONE
-
-
-async def _chat_result(generation: Generation, rid: str, model: str) -> ChatCompletion:
-    n = generation.request.options.n
-    texts, finish = [""] * n, [None] * n  # type: list[str], list[str | None]
-    logprobs: list[ChatLogprobs | None] = [None] * n
-    try:
-        async for chunk in generation.chunks():
-            for c in chunk.choices:
-                texts[c.index] += c.text
-                finish[c.index] = c.finish_reason or finish[c.index]
-                lp = chat_logprobs(c)
-                if lp is not None:
-                    old = logprobs[c.index]
-                    logprobs[c.index] = (
-                        lp
-                        if old is None
-                        else ChatLogprobs(content=(old.content or []) + (lp.content or []))
-                    )
-    except EngineDeadError as exc:
-        raise APIError(503, f"the engine failed: {exc}", code="engine_error") from exc
-    choices = [
-        ChatChoice(
-            index=i,
-            message=AssistantMessage(content=texts[i]),
-            logprobs=logprobs[i],
-            finish_reason=finish[i],
-        )
-        for i in range(n)
+    base = {"id": rid, "object": "chat.completion.chunk", "created": now_s(), "model": model}
+    preamble = [
+        {
+            "index": i,
+            "delta": {"role": "assistant", "content": ""},
+            "logprobs": None,
+            "finish_reason": None,
+        }
+        for i in range(body.n)
     ]
+    events = stream_events(generation, base, choice, _include_usage(body), preamble)
+    return sse_response(events, gateway.response_headers(request), gateway.keepalive_s)
+
+
+def _chat_reply(
+    generation: Generation, rid: str, model: str, deltas: list[list[ChoiceDelta]]
+) -> ChatCompletion:
+    choices = []
+    for index, ds in enumerate(deltas):
+        parts = [lp for d in ds if (lp := chat_logprobs(d)) is not None]
+        logprobs = (
+            ChatLogprobs(content=[t for p in parts for t in p.content or []]) if parts else None
+        )
+        message = AssistantMessage(content=joined_text(ds))
+        choices.append(
+            ChatChoice(
+                index=index, message=message, logprobs=logprobs, finish_reason=finish_reason(ds)
+            )
+        )
     stats = generation.stats
-    return ChatCompletion(
-        id=rid,
-        created=now_s(),
-        model=model,
-        choices=choices,
-        usage=usage(stats.num_prompt_tokens, stats.total_generated),
-    )
+    totals = usage(stats.num_prompt_tokens, stats.total_generated)
+    return ChatCompletion(id=rid, created=now_s(), model=model, choices=choices, usage=totals)
 
 
 @router.post(
@@ -195,91 +140,59 @@ async def completions(
     rid = f"cmpl-{request.state.request_id}"
     prepared = prepare_completion(body, engine, rid, gateway.settings.max_tokens_limit)
     generation = await _start(gateway, request, prepared)
-    if body.stream:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        events = _completion_events(
-            generation, rid, engine.info.model_name, include_usage, body.return_token_ids
-        )
-        return sse_response(events, gateway.response_headers(request), gateway.keepalive_s)
-    return await _completion_result(generation, rid, engine.info.model_name)
-
-
-async def _completion_events(
-    generation: Generation, rid: str, model: str, include_usage: bool, with_ids: bool = False
-) -> AsyncIterator[bytes]:
-    base: dict[str, Any] = {
-        "id": rid,
-        "object": "text_completion",
-        "created": now_s(),
-        "model": model,
-    }
-    if include_usage:
-        base["usage"] = None
+    model = engine.info.model_name
+    if not body.stream:
+        return _completion_reply(generation, rid, model, await collect(generation))
     offsets: dict[int, int] = {}
-    try:
-        async for chunk in generation.chunks():
-            for c in chunk.choices:
-                if not c.token_ids and c.finish_reason is None:
-                    continue
-                lp = completion_logprobs(c, offsets.get(c.index, 0))
-                offsets[c.index] = offsets.get(c.index, 0) + len(c.text)
-                choice = {
-                    "index": c.index,
-                    "text": c.text,
-                    "logprobs": None if lp is None else lp.model_dump(),
-                    "finish_reason": c.finish_reason,
-                }
-                if with_ids:
-                    choice["token_ids"] = c.token_ids
-                yield event(base | {"choices": [choice]})
-    except EngineDeadError as exc:
-        yield _error_event(exc)
-        return
-    if include_usage:
-        stats = generation.stats
-        yield event(
-            base
-            | {
-                "choices": [],
-                "usage": usage(stats.num_prompt_tokens, stats.total_generated).model_dump(),
-            }
+
+    def choice(d: ChoiceDelta) -> dict[str, Any]:
+        lp = completion_logprobs(d, offsets.get(d.index, 0))
+        offsets[d.index] = offsets.get(d.index, 0) + len(d.text)
+        out = {
+            "index": d.index,
+            "text": d.text,
+            "logprobs": None if lp is None else lp.model_dump(),
+            "finish_reason": d.finish_reason,
+        }
+        return out | ({"token_ids": d.token_ids} if body.return_token_ids else {})
+
+    base = {"id": rid, "object": "text_completion", "created": now_s(), "model": model}
+    events = stream_events(generation, base, choice, _include_usage(body))
+    return sse_response(events, gateway.response_headers(request), gateway.keepalive_s)
+
+
+def _completion_reply(
+    generation: Generation, rid: str, model: str, deltas: list[list[ChoiceDelta]]
+) -> Completion:
+    choices = []
+    for index, ds in enumerate(deltas):
+        offset, parts = 0, []
+        for d in ds:
+            if (lp := completion_logprobs(d, offset)) is not None:
+                parts.append(lp)
+            offset += len(d.text)
+        logprobs = (
+            CompletionLogprobs(
+                tokens=[t for p in parts for t in p.tokens],
+                token_logprobs=[t for p in parts for t in p.token_logprobs],
+                top_logprobs=[t for p in parts for t in p.top_logprobs],
+                text_offset=[t for p in parts for t in p.text_offset],
+            )
+            if parts
+            else None
         )
-    yield DONE
-
-
-async def _completion_result(generation: Generation, rid: str, model: str) -> Completion:
-    n = generation.request.options.n
-    texts, finish = [""] * n, [None] * n  # type: list[str], list[str | None]
-    logprobs: list[CompletionLogprobs | None] = [None] * n
-    try:
-        async for chunk in generation.chunks():
-            for c in chunk.choices:
-                lp = completion_logprobs(c, len(texts[c.index]))
-                texts[c.index] += c.text
-                finish[c.index] = c.finish_reason or finish[c.index]
-                if lp is not None:
-                    old = logprobs[c.index]
-                    logprobs[c.index] = (
-                        lp
-                        if old is None
-                        else CompletionLogprobs(
-                            tokens=old.tokens + lp.tokens,
-                            token_logprobs=old.token_logprobs + lp.token_logprobs,
-                            top_logprobs=old.top_logprobs + lp.top_logprobs,
-                            text_offset=old.text_offset + lp.text_offset,
-                        )
-                    )
-    except EngineDeadError as exc:
-        raise APIError(503, f"the engine failed: {exc}", code="engine_error") from exc
-    choices = [
-        CompletionChoice(index=i, text=texts[i], logprobs=logprobs[i], finish_reason=finish[i])
-        for i in range(n)
-    ]
+        choices.append(
+            CompletionChoice(
+                index=index,
+                text=joined_text(ds),
+                logprobs=logprobs,
+                finish_reason=finish_reason(ds),
+            )
+        )
     stats = generation.stats
-    return Completion(
-        id=rid,
-        created=now_s(),
-        model=model,
-        choices=choices,
-        usage=usage(stats.num_prompt_tokens, stats.total_generated),
-    )
+    totals = usage(stats.num_prompt_tokens, stats.total_generated)
+    return Completion(id=rid, created=now_s(), model=model, choices=choices, usage=totals)
+
+
+def _include_usage(body: ChatCompletionRequest | CompletionRequest) -> bool:
+    return bool(body.stream_options and body.stream_options.include_usage)
