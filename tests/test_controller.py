@@ -217,7 +217,9 @@ def test_off_mode() -> None:
 
 
 def test_apply_config_at_runtime() -> None:
-    config = DLFPConfig(controller=ControllerMode.DLFP_CT, target_ms=TARGET_MS, gain=0.5)
+    config = DLFPConfig(
+        controller=ControllerMode.DLFP_CT, target_ms=TARGET_MS, gain=0.5, initial_cap_tokens=128
+    )
     clock = FakeClock()
     controller = PrefillCapController.from_config(config, clock=clock, wall_clock=clock)
     plant = ToyPlant()
