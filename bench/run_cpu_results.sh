@@ -24,7 +24,7 @@ start() {  # start NAME CMD...: run a server in the background and wait for it t
     for _ in $(seq 600); do
         if curl -sf "http://127.0.0.1:$PORT/health" > /dev/null &&
            curl -sf "http://127.0.0.1:$PORT/v1/models" > /dev/null; then
-            if [[ $name == vllm* ]] || curl -sf "http://127.0.0.1:$PORT/ready" > /dev/null; then return; fi
+            if [[ $name == vllm ]] || curl -sf "http://127.0.0.1:$PORT/ready" > /dev/null; then return; fi
         fi
         kill -0 "$PID" 2> /dev/null || { tail -30 "$OUT/logs/$name.log"; exit 1; }
         sleep 1
@@ -33,7 +33,7 @@ start() {  # start NAME CMD...: run a server in the background and wait for it t
 }
 stop() { kill -INT "$PID" 2> /dev/null || true; wait "$PID" 2> /dev/null || true; }
 trap stop EXIT
-gateway() { DLFP_ADMIN_TOKEN=$TOKEN $PY -m gateway serve --port "$PORT" "$@"; }
+gateway() { DLFP_ADMIN_TOKEN=$TOKEN exec $PY -m gateway serve --port "$PORT" "$@"; }
 
 # 1. One gateway; the arms switch its controller at runtime (PATCH /admin/dlfp), and a
 #    fresh cache_salt per trial keeps one arm's prompts out of another's prefix cache.
