@@ -235,6 +235,7 @@ class VLLMEngine:
             return
         self._closed = True
         llm, self._llm = self._llm, None
+        self._channel = None  # it holds the AsyncLLM too
         if llm is not None:
             await asyncio.to_thread(llm.shutdown)
             # Drop the last reference now: AsyncLLM.__del__ at interpreter exit fails noisily.
