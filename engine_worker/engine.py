@@ -306,9 +306,6 @@ class VLLMEngine:
         if self._llm is not None and not self.is_dead:
             await self._llm.abort(request_id)
 
-    async def num_running_requests(self) -> int:
-        return 0 if self._llm is None else int(self._llm.get_num_unfinished_requests())
-
     def _dlfp(self) -> Any:
         self._require()
         if self._channel is None:

@@ -121,11 +121,9 @@ class Generation:
                     self.metrics.ttft.observe(now - self.stats.arrival_s)
                     if self._on_first_token is not None:
                         self._on_first_token()
-                gaps = n - 1
             else:
                 self.metrics.itl.observe(now - previous)
-                gaps = n - 1
-            for _ in range(gaps):
+            for _ in range(n - 1):
                 self.metrics.itl.observe(0.0)
             self._last_token_s[choice.index] = now
             self.stats.num_generated_tokens[choice.index] = (

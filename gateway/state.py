@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
@@ -32,11 +31,9 @@ class GatewayState:
     dlfp: DLFPConfig
     admission: Admission
     keepalive_s: float = 10.0
-    draining: bool = False
     engine_error: str | None = None
     dlfp_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     admission_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    started_unix_s: float = field(default_factory=time.time)
 
     @property
     def is_ready(self) -> bool:
@@ -45,9 +42,12 @@ class GatewayState:
     def response_headers(self, request: Request) -> dict[str, str]:
         return {"X-Request-Id": request.state.request_id}
 
+    @property
+    def draining(self) -> bool:
+        return self.admission.draining
+
     def start_draining(self) -> None:
         """Stop admitting: /ready turns 503 and queued requests are refused."""
-        self.draining = True
         self.admission.reject_all_queued()
 
     def check_serving(self) -> None:

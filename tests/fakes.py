@@ -120,9 +120,6 @@ class FakeEngine:
     async def abort(self, request_id: str) -> None:
         self.running.discard(request_id)
 
-    async def num_running_requests(self) -> int:
-        return len(self.running)
-
     async def get_dlfp_state(self) -> dict[str, Any]:
         return {"cap_tokens": self.dlfp_config.initial_cap_tokens, "num_updates": 0}
 
