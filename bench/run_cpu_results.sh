@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Reproduces the README's CPU results: SmolLM2-135M (bf16) on this 2-core machine.
-# About an hour. Resumable: a rerun skips the trials already recorded in $OUT.
-#   bench/run_cpu_results.sh            # NREQ=20 SEEDS=801,802,803 OUT=bench/results/cpu
+# About 90 minutes. Resumable: a rerun skips the trials already recorded in $OUT.
+#   bench/run_cpu_results.sh            # NREQ=30 SEEDS=801,802,803 OUT=bench/results/cpu
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 OUT=${OUT:-bench/results/cpu}
 SEEDS=${SEEDS:-801,802,803}
 SWEEP_SEED=${SWEEP_SEED:-801}
-NREQ=${NREQ:-20}
+NREQ=${NREQ:-30}
 PORT=${PORT:-8100}
 TOKEN=bench-admin-token
 mkdir -p "$OUT/logs"
@@ -31,7 +31,7 @@ start() {  # start NAME CMD...: run a server in the background and wait for it t
     done
     echo "$name did not come up" >&2; exit 1
 }
-stop() { kill -INT "$PID" 2> /dev/null || true; wait "$PID" 2> /dev/null || true; }
+stop() { kill -TERM "$PID" 2> /dev/null || true; wait "$PID" 2> /dev/null || true; }
 trap stop EXIT
 gateway() { DLFP_ADMIN_TOKEN=$TOKEN exec $PY -m gateway serve --port "$PORT" "$@"; }
 
@@ -41,22 +41,16 @@ start gateway gateway
 "${BENCH[@]}" --seeds "$SEEDS" \
     --arm 'off={"controller":"off"}' \
     --arm 'off-repeat={"controller":"off"}' \
+    --arm 'fixed-64={"controller":"fixed","fixed_cap_tokens":64}' \
     --arm 'fixed-128={"controller":"fixed","fixed_cap_tokens":128}' \
     --arm 'dlfp={"controller":"dlfp"}' \
-    --arm 'dlfp-ct={"controller":"dlfp-ct"}'
-# The static sweep, one seed: fixed caps on the same gateway ...
+    --arm 'dlfp-ct={"controller":"dlfp-ct"}' \
+    --arm 'dlfp-ct-250={"controller":"dlfp-ct","target_ms":250}'
+# The static sweep, one seed: a larger fixed cap on the same gateway ...
 "${BENCH[@]}" --seeds "$SWEEP_SEED" \
-    --arm 'fixed-64={"controller":"fixed","fixed_cap_tokens":64}' \
     --arm 'fixed-256={"controller":"fixed","fixed_cap_tokens":256}'
 curl -sf -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$PORT/admin/dlfp/steps" > "$OUT/logs/steps-last.json" || true
 stop
-
-# ... and vLLM's own static knob at the same caps (an engine argument: one start each).
-for thr in 64 128 256; do
-    start "vllm-thr-$thr" gateway --controller off --engine-arg "long_prefill_token_threshold=$thr"
-    "${BENCH[@]}" --seeds "$SWEEP_SEED" --arm "vllm-thr-$thr" --admin-patch '{"controller":"off"}'
-    stop
-done
 
 # 2. The baseline a user would pick instead: vLLM's own OpenAI server, same engine settings.
 start vllm $PY -m gateway bench vllm-server --model "$TOK" \
@@ -64,8 +58,15 @@ start vllm $PY -m gateway bench vllm-server --model "$TOK" \
 "${BENCH[@]}" --seeds "$SEEDS" --arm vllm
 stop
 
-# 3. Paired comparisons over the seeds.
-for arm in off-repeat fixed-128 dlfp dlfp-ct vllm; do
+# 3. vLLM's own static knob at the same caps (an engine argument: one start each).
+for thr in 64 128 256; do
+    start "vllm-thr-$thr" gateway --controller off --engine-arg "long_prefill_token_threshold=$thr"
+    "${BENCH[@]}" --seeds "$SWEEP_SEED" --arm "vllm-thr-$thr" --admin-patch '{"controller":"off"}'
+    stop
+done
+
+# 4. Paired comparisons over the seeds.
+for arm in off-repeat fixed-64 fixed-128 dlfp dlfp-ct dlfp-ct-250 vllm; do
     $PY -m gateway bench compare --results "$OUT" --baseline off --candidate "$arm"
 done
 $PY -m gateway bench summary --results "$OUT"

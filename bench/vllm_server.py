@@ -162,6 +162,10 @@ def main(args: argparse.Namespace) -> int:
     if args.print_command:
         print(" ".join(config.command()))
         return 0
+    # A script's background job inherits SIGINT ignored, which would leave Ctrl-C and
+    # `kill -INT` without effect: restore the default, and stop on SIGTERM as well.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     server = VllmServer(config, args.log)
     print(f"starting: {' '.join(config.command())}\nlog: {args.log}", file=sys.stderr)
     server.start(args.health_timeout_s)

@@ -165,6 +165,22 @@ def _chunk(output: Any) -> GenerationChunk:
     )
 
 
+def _kill_engine_processes() -> None:
+    """Kill the engine-core processes this process started, and their workers."""
+    import multiprocessing
+
+    from vllm.utils.system_utils import kill_process_tree
+
+    for proc in multiprocessing.active_children():
+        if proc.name.startswith("EngineCore") and proc.pid is not None:
+            logger.info(
+                "stopping an engine still starting",
+                extra={"event": "engine_start_aborted", "pid": proc.pid},
+            )
+            kill_process_tree(proc.pid)
+            proc.join(10)
+
+
 class VLLMEngine:
     """``AsyncLLM`` with the DLFP scheduler, behind the gateway's ``Engine`` protocol."""
 
@@ -234,6 +250,11 @@ class VLLMEngine:
         if self._closed:
             return
         self._closed = True
+        if self._llm is None:
+            # Still building (or never started): no AsyncLLM to shut down yet, but its
+            # engine-core process may exist. Stop it now rather than wait for the build,
+            # which a second signal could cut short and orphan the process.
+            await asyncio.to_thread(_kill_engine_processes)
         llm, self._llm = self._llm, None
         self._channel = None  # it holds the AsyncLLM too
         if llm is not None:

@@ -3,8 +3,9 @@
 On the first SIGTERM or SIGINT the gateway stops admitting (``/ready`` and new
 requests answer 503 while the socket stays open), lets streams in flight finish
 for up to ``drain_s``, then stops uvicorn and the engine and exits 0. A second
-signal stops at once. If the engine core dies, the same drain runs and the
-process exits 1, so that its supervisor restarts it.
+signal stops serving at once (an engine still starting is stopped first). If the
+engine core dies, the same drain runs and the process exits 1, so that its
+supervisor restarts it.
 """
 
 from __future__ import annotations
@@ -42,7 +43,11 @@ class GatewayServer(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self._drain_task is not None or self._loop is None:
-            super().handle_exit(sig, frame)  # a second signal: stop now
+            # A second signal: stop serving now. NOTE: not through super(), which records
+            # the signal for uvicorn to re-raise at exit; that kill would skip the wait for
+            # an engine still being built and orphan its engine-core process.
+            logger.info("second signal, stopping now", extra={"event": "force_exit"})
+            self.should_exit = self.force_exit = True
             return
         logger.info(
             "signal received, draining",

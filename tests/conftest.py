@@ -55,9 +55,12 @@ class Server:
 
 
 def start_server(
-    name: str, env_overrides: dict[str, str], ready_timeout_s: float = 600.0
+    name: str,
+    env_overrides: dict[str, str],
+    ready_timeout_s: float = 600.0,
+    wait_for: str = "/ready",
 ) -> Server:
-    """``python -m gateway serve`` on a free port; waits for /ready.
+    """``python -m gateway serve`` on a free port; waits for ``wait_for`` to answer 200.
 
     NOTE: not in a session of its own. With the kernel's autogroup scheduling a new
     session gets its own CPU share, and on two cores the engine's busy worker then
@@ -93,7 +96,7 @@ def start_server(
                     f"gateway exited with {process.returncode}:\n{server.log()[-4000:]}"
                 )
             try:
-                if client.get(server.base_url + "/ready").status_code == 200:
+                if client.get(server.base_url + wait_for).status_code == 200:
                     return server
             except httpx.TransportError:
                 pass

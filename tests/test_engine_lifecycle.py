@@ -114,3 +114,34 @@ def test_engine_death_fails_fast_and_exits_nonzero(tiny_model_dir: Path) -> None
         assert '"event":"engine_dead"' in server.log()
     finally:
         stop_server(server)
+
+
+def test_two_signals_during_engine_start_leave_no_engine_process(tiny_model_dir: Path) -> None:
+    """A second SIGTERM while the engine is still being built stops the gateway without
+    orphaning the engine core (uvicorn's re-raise of the signal at exit once did)."""
+    env = {
+        "DLFP_MODEL": str(tiny_model_dir),
+        "DLFP_SERVED_MODEL_NAME": TINY_MODEL_NAME,
+        "DLFP_DTYPE": "float32",
+        "DLFP_DEVICE": "cpu",
+        "DLFP_KV_CACHE_GIB": "1",
+    }
+    server = start_server("early-stop-gateway", env, wait_for="/health")
+    try:
+        gateway = psutil.Process(server.process.pid)
+        deadline = time.monotonic() + 120
+        cores: list[psutil.Process] = []
+        while not cores and time.monotonic() < deadline:
+            children = gateway.children(recursive=True)
+            cores = [p for p in children if "EngineCore" in " ".join([p.name(), *p.cmdline()])]
+            time.sleep(0.2)
+        assert cores, "no engine core appeared"
+        assert httpx.get(server.base_url + "/ready", timeout=10).status_code == 503
+        server.process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        server.process.send_signal(signal.SIGTERM)
+        server.process.wait(180)
+        _, alive = psutil.wait_procs(cores, timeout=30)
+        assert alive == [], [p.pid for p in alive]
+    finally:
+        stop_server(server)
