@@ -7,7 +7,7 @@ from typing import Any
 
 from engine_worker.api import ChoiceDelta, Engine, SamplingOptions
 from gateway.errors import APIError
-from gateway.generation import PreparedRequest
+from gateway.generation import PreparedRequest, StreamStats
 from gateway.protocol import (
     ChatCompletionRequest,
     ChatLogprobs,
@@ -141,11 +141,12 @@ def prepare_completion(
     )
 
 
-def usage(num_prompt: int, num_generated: int) -> Usage:
+def usage(stats: StreamStats) -> Usage:
+    """The OpenAI usage block of a finished generation."""
     return Usage(
-        prompt_tokens=num_prompt,
-        completion_tokens=num_generated,
-        total_tokens=num_prompt + num_generated,
+        prompt_tokens=stats.num_prompt_tokens,
+        completion_tokens=stats.total_generated,
+        total_tokens=stats.num_prompt_tokens + stats.total_generated,
     )
 
 

@@ -41,9 +41,7 @@ async def stream_events(
         yield event(error.body())
         return
     if include_usage:
-        stats = generation.stats
-        totals = usage(stats.num_prompt_tokens, stats.total_generated).model_dump()
-        yield event(base | {"choices": [], "usage": totals})
+        yield event(base | {"choices": [], "usage": usage(generation.stats).model_dump()})
     yield DONE
 
 

@@ -126,9 +126,9 @@ def _chat_reply(
                 index=index, message=message, logprobs=logprobs, finish_reason=finish_reason(ds)
             )
         )
-    stats = generation.stats
-    totals = usage(stats.num_prompt_tokens, stats.total_generated)
-    return ChatCompletion(id=rid, created=now_s(), model=model, choices=choices, usage=totals)
+    return ChatCompletion(
+        id=rid, created=now_s(), model=model, choices=choices, usage=usage(generation.stats)
+    )
 
 
 @router.post(
@@ -189,9 +189,9 @@ def _completion_reply(
                 finish_reason=finish_reason(ds),
             )
         )
-    stats = generation.stats
-    totals = usage(stats.num_prompt_tokens, stats.total_generated)
-    return Completion(id=rid, created=now_s(), model=model, choices=choices, usage=totals)
+    return Completion(
+        id=rid, created=now_s(), model=model, choices=choices, usage=usage(generation.stats)
+    )
 
 
 def _include_usage(body: ChatCompletionRequest | CompletionRequest) -> bool:
