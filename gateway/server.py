@@ -43,11 +43,7 @@ class GatewayServer(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self._drain_task is not None or self._loop is None:
-            # A second signal: stop serving now. NOTE: not through super(), which records
-            # the signal for uvicorn to re-raise at exit; that kill would skip the wait for
-            # an engine still being built and orphan its engine-core process.
-            logger.info("second signal, stopping now", extra={"event": "force_exit"})
-            self.should_exit = self.force_exit = True
+            super().handle_exit(sig, frame)  # a second signal: stop now
             return
         logger.info(
             "signal received, draining",
