@@ -11,6 +11,7 @@ methods to ``EngineCore`` that delegate to ``engine_core.scheduler``:
 - ``dlfp_get_state() -> dict``
 - ``dlfp_apply_config(config: dict) -> dict`` (returns the new state)
 - ``dlfp_get_steps(since_step: int) -> list[dict]``
+- ``dlfp_reset() -> dict`` (returns the new state)
 
 ``engine_worker.scheduler`` installs them on import, which vLLM does inside
 the engine-core process when it resolves ``scheduler_cls``.
@@ -37,6 +38,7 @@ _T = TypeVar("_T")
 GET_STATE = "dlfp_get_state"
 APPLY_CONFIG = "dlfp_apply_config"
 GET_STEPS = "dlfp_get_steps"
+RESET = "dlfp_reset"
 
 
 class DLFPChannelError(RuntimeError):
@@ -50,6 +52,7 @@ class DLFPControls(Protocol):
     def dlfp_get_state(self) -> dict[str, Any]: ...
     def dlfp_apply_config(self, config: dict[str, Any]) -> dict[str, Any]: ...
     def dlfp_get_steps(self, since_step: int) -> list[dict[str, Any]]: ...
+    def dlfp_reset(self) -> dict[str, Any]: ...
 
 
 # --- engine-core side -------------------------------------------------------
@@ -80,6 +83,10 @@ def _engine_core_get_steps(self: Any, since_step: int) -> list[dict[str, Any]]:
     return _controls(self).dlfp_get_steps(int(since_step))
 
 
+def _engine_core_reset(self: Any) -> dict[str, Any]:
+    return _controls(self).dlfp_reset()
+
+
 def install_engine_core_utilities() -> None:
     """Add the ``dlfp_*`` utility methods to vLLM's ``EngineCore`` (idempotent)."""
     from vllm.v1.engine.core import EngineCore
@@ -87,6 +94,7 @@ def install_engine_core_utilities() -> None:
     setattr(EngineCore, GET_STATE, _engine_core_get_state)
     setattr(EngineCore, APPLY_CONFIG, _engine_core_apply_config)
     setattr(EngineCore, GET_STEPS, _engine_core_get_steps)
+    setattr(EngineCore, RESET, _engine_core_reset)
 
 
 # --- gateway side -----------------------------------------------------------
@@ -118,6 +126,10 @@ class DLFPChannel:
     async def get_steps(self, since_step: int = 0) -> list[dict[str, Any]]:
         """Completed steps with ``step_index >= since_step`` still in the ring buffer."""
         return _expect(list, await self._call(GET_STEPS, since_step))
+
+    async def reset(self) -> dict[str, Any]:
+        """Reset the controller (cap, cost model, guard); returns the new state."""
+        return _expect(dict, await self._call(RESET))
 
     async def _call(self, method: str, *args: Any) -> Any:
         try:

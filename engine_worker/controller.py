@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
+from engine_worker.cost_model import StepCostModel, StepShape, plan_prefill
 from engine_worker.step_timing import StepRecord, StepTimeline
 
 MODES = ("off", "fixed", "dlfp", "dlfp-ct")
 """Controller modes, spelled as ``ControllerMode`` values."""
+MIN_ALLOWANCE = 0.25
+MAX_ALLOWANCE = 2.0
+"""Bounds of the feed-forward allowance (a factor on the target the model plans for)."""
 
 
 class ControllerSettings(Protocol):
@@ -39,20 +43,24 @@ class ControllerSettings(Protocol):
     def step_tokens(self) -> int: ...
     @property
     def fixed_cap_tokens(self) -> int: ...
+    @property
+    def feedforward(self) -> bool: ...
 
 
 @dataclass(frozen=True)
 class CapParams:
-    """Controller parameters, checked on construction (mirrors ``DLFPConfig``)."""
+    """Controller parameters, checked on construction (``DLFPConfig`` holds the defaults)."""
 
-    mode: str = "dlfp-ct"
-    target_ms: float = 200.0
-    gain: float = 0.5
-    initial_cap_tokens: int = 128
-    min_cap_tokens: int = 16
-    max_cap_tokens: int = 1024
-    step_tokens: int = 16
-    fixed_cap_tokens: int = 128
+    mode: str
+    target_ms: float
+    gain: float
+    initial_cap_tokens: int
+    min_cap_tokens: int
+    max_cap_tokens: int
+    step_tokens: int
+    fixed_cap_tokens: int
+    feedforward: bool
+    """``dlfp-ct`` only: size each mixed step from the online cost model."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -76,6 +84,7 @@ class CapParams:
             max_cap_tokens=config.max_cap_tokens,
             step_tokens=config.step_tokens,
             fixed_cap_tokens=config.fixed_cap_tokens,
+            feedforward=config.feedforward,
         )
 
     def clamp(self, tokens: float) -> int:
@@ -91,6 +100,10 @@ class CapParams:
             return self.fixed_cap_tokens
         return self.initial_cap_tokens
 
+    @property
+    def uses_cost_model(self) -> bool:
+        return self.feedforward and self.mode == "dlfp-ct"
+
 
 @dataclass(frozen=True)
 class ControllerState:
@@ -99,7 +112,8 @@ class ControllerState:
     mode: str
     target_ms: float
     cap_tokens: int | None
-    """Cap applied while a request decodes; None when the mode is ``off``."""
+    """The feedback cap in force, or under feed-forward the cap of the latest capped step;
+    None when the mode is ``off``."""
     last_observation_ms: float | None
     """Last observation fed to the control law."""
     num_updates: int
@@ -112,6 +126,14 @@ class ControllerState:
     num_stale_observations: int
     """Mixed-step observations ignored because the step ran under an older cap."""
     num_steps: int
+    feedforward: bool
+    """Whether mixed steps are sized from the cost model (``dlfp-ct`` with ``feedforward``)."""
+    cost_model_ready: bool
+    """Whether the cost model has seen enough steps with prefill to predict."""
+    allowance: float
+    """Feed-forward correction: the model plans each step for ``allowance * target``."""
+    cost_coefficients: list[float] | None
+    """The cost model's fit (see ``cost_model``), or None before it is ready."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -120,35 +142,41 @@ class ControllerState:
 class PrefillCapController:
     """Caps the prefill chunk while at least one request decodes.
 
-    Control law (modes ``dlfp`` and ``dlfp-ct``), after each guarded cycle::
+    Feedback law (modes ``dlfp`` and ``dlfp-ct``), after each guarded cycle::
 
         cap <- clamp(quantise(cap * (1 + gain * (target - observed) / target)))
 
     The law runs on an unquantised cap (``cap_exact``, clamped to the bounds)
     and only the applied cap is quantised: quantising the state itself would
-    trap the cap wherever one update moves it by less than half a step (at
-    ``min_cap_tokens == step_tokens`` with gain 0.5, for ever).
+    trap the cap wherever one update moves it by less than half a step.
+
+    Feed-forward (``dlfp-ct`` with ``feedforward``, once the cost model is
+    ready): each mixed step gets the largest cap whose *predicted* busy time,
+    for the prefills it would serve in order, fits ``allowance * target``::
+
+        cap(k) = max{c in [min, max], c = j * step : predict(shape(c)) <= allowance * target}
+        allowance <- clamp(allowance * (1 + gain * (target - observed) / target), 0.25, 2)
+
+    so the proportional law corrects the prediction's error instead of
+    carrying the whole plant, and a new prompt starts at the cap predicted for
+    its context rather than at the cap the last long prompt left.
 
     Units: ``observed`` and ``target`` in seconds (``target_ms`` / 1000), cap in
-    prefill tokens. Sign: an iteration slower than the target shrinks the cap,
-    a faster one grows it. The cap is the controller's only state and it is
-    clamped to ``[min_cap_tokens, max_cap_tokens]`` after every update, so the
-    limits also stop wind-up: a cap pinned at a bound moves off it on the first
-    observation on the other side of the target.
+    prefill tokens. Sign: an iteration slower than the target shrinks the cap
+    (or the allowance), a faster one grows it. Both are clamped after every
+    update, so the limits also stop wind-up.
 
-    A guarded cycle: the cap in force was applied to a *mixed* step (>=1 decode
-    token and >0 prefill tokens) and that step's observation has arrived. A
-    step scheduled under an older cap (its ``cap_generation`` differs) is stale
-    and ignored; decode-free steps are never observed. A mixed step whose
-    prefill did not fill the cap (a prompt's last chunk) only counts if it was
-    slower than the target: a fast one says nothing about the cap, and feeding
-    it back would ratchet the cap up past the target.
+    A guarded cycle: the state in force was applied to a *mixed* step (>=1
+    decode token and >0 prefill tokens) and that step's observation has
+    arrived. A step scheduled under an older state (``cap_generation``
+    differs) is stale and ignored; decode-free steps are never observed. A
+    mixed step whose prefill did not fill its cap (a prompt's last chunk) only
+    counts if it was slower than the target.
 
     Observations: ``dlfp`` uses the interval between consecutive ``schedule()``
     calls, attributed to the step scheduled at the first of them (the paper);
     ``dlfp-ct`` uses the busy time of the completed step, ``done(k) -
-    max(done(k-1), dispatched(k))``. ``fixed`` applies ``fixed_cap_tokens``;
-    ``off`` never caps.
+    max(done(k-1), dispatched(k))``, which also fits the cost model.
 
     Events, per step, from the scheduler (``now_s`` defaults to ``clock()``):
     ``on_schedule`` before ``Scheduler.schedule``, ``on_scheduled`` after it, and
@@ -157,17 +185,20 @@ class PrefillCapController:
 
     def __init__(
         self,
-        params: CapParams | None = None,
+        params: CapParams,
         *,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        self._params = params or CapParams()
+        self._params = params
         self._clock = clock
         self._wall_clock = wall_clock
         self._timeline = StepTimeline()
-        self._cap_tokens = self._params.starting_cap()
+        self._model = StepCostModel()
+        self._cap_tokens = params.starting_cap()
         self._cap_exact: float | None = self._cap_tokens
+        self._applied_cap_tokens = self._cap_tokens
+        self._allowance = 1.0
         self._cap_generation = 0
         self._last_observation_s: float | None = None
         self._num_updates = 0
@@ -175,8 +206,7 @@ class PrefillCapController:
         self._num_mixed_steps = 0
         self._num_decode_free_steps = 0
         self._num_stale_observations = 0
-        # Set by on_schedule, consumed by on_scheduled: (start_s, num_decoding, cap).
-        self._pending: tuple[float, int, int | None] | None = None
+        self._pending: _Pending | None = None
 
     @classmethod
     def from_config(cls, config: ControllerSettings, **clocks: Any) -> PrefillCapController:
@@ -187,12 +217,17 @@ class PrefillCapController:
         return self._params
 
     @property
+    def cost_model(self) -> StepCostModel:
+        return self._model
+
+    @property
     def state(self) -> ControllerState:
         last_ms = self._last_observation_s
+        coef = self._model.coefficients
         return ControllerState(
             mode=self._params.mode,
             target_ms=self._params.target_ms,
-            cap_tokens=self._cap_tokens,
+            cap_tokens=self._applied_cap_tokens if self._is_planning else self._cap_tokens,
             last_observation_ms=None if last_ms is None else last_ms * 1000.0,
             num_updates=self._num_updates,
             last_update_unix_s=self._last_update_unix_s,
@@ -200,15 +235,22 @@ class PrefillCapController:
             num_decode_free_steps=self._num_decode_free_steps,
             num_stale_observations=self._num_stale_observations,
             num_steps=self._timeline.num_steps,
+            feedforward=self._params.uses_cost_model,
+            cost_model_ready=self._model.is_ready,
+            allowance=self._allowance,
+            cost_coefficients=None if coef is None else list(coef),
         )
 
     def reset(self) -> None:
-        """Back to the mode's starting cap; forget the last observation.
+        """Back to the starting cap; forget the allowance, the cost model's fit, the guard.
 
         Counters are telemetry and keep counting. In-flight steps stay queued
         (their completions must still pair up) but become stale.
         """
         self._set_cap(self._params.starting_cap(), force_new_generation=True)
+        self._applied_cap_tokens = self._cap_tokens
+        self._allowance = 1.0
+        self._model.reset()
         self._last_observation_s = None
 
     def apply_config(self, config: ControllerSettings) -> None:
@@ -217,12 +259,12 @@ class PrefillCapController:
     def apply_params(self, params: CapParams) -> None:
         """Switch parameters at runtime (between steps).
 
-        A mode switch or a new ``initial_cap_tokens`` resets the cap: a cap
-        learnt from another signal means nothing to the new mode, and a new
-        initial cap is an explicit request to restart from it. Otherwise the
-        current cap is kept, re-quantised and clamped into the new bounds (and a
-        ``fixed`` controller takes the new fixed cap); target and gain changes
-        apply from the next guarded cycle.
+        A mode switch or a new ``initial_cap_tokens`` resets: a cap learnt from
+        another signal means nothing to the new mode, and a new initial cap is
+        an explicit request to restart from it. Otherwise the current cap is
+        kept, re-quantised and clamped into the new bounds (and a ``fixed``
+        controller takes the new fixed cap); target, gain and feed-forward
+        changes apply from the next step.
         """
         old, self._params = self._params, params
         if params.mode != old.mode or params.initial_cap_tokens != old.initial_cap_tokens:
@@ -231,66 +273,123 @@ class PrefillCapController:
             self._set_cap(params.fixed_cap_tokens)
         elif self._cap_tokens is not None:
             self._set_cap(params.clamp(self._cap_tokens))
+        self._applied_cap_tokens = self._cap_tokens
 
-    def on_schedule(self, num_decoding: int, now_s: float | None = None) -> int | None:
-        """Before ``schedule()``: the prefill cap for this step, None for no cap."""
+    def on_schedule(
+        self,
+        num_decoding: int,
+        now_s: float | None = None,
+        *,
+        candidates: Sequence[tuple[int, int]] = (),
+        decode_context_tokens: int = 0,
+    ) -> int | None:
+        """Before ``schedule()``: the prefill cap for this step, None for no cap.
+
+        ``candidates`` are the prefills in the order the step would serve them,
+        as ``(computed_tokens, remaining_tokens)``; the feed-forward cap plans
+        for them.
+        """
         now_s = self._now(now_s)
         previous = self._timeline.close_interval(now_s)
         if previous is not None and self._params.mode == "dlfp":
             self._observe(previous, previous.interval_s)
-        cap = self._cap_tokens if num_decoding > 0 else None
-        self._pending = (now_s, num_decoding, cap)
+        cap, is_planned = None, False
+        if num_decoding > 0:
+            cap = self._cap_tokens
+            if candidates and self._is_planning:
+                cap, is_planned = self._plan(num_decoding, decode_context_tokens, candidates), True
+            self._applied_cap_tokens = cap
+        self._pending = _Pending(now_s, num_decoding, cap, is_planned)
         return cap
 
     def on_scheduled(
-        self, num_prefill_tokens: int, num_decode_tokens: int, now_s: float | None = None
+        self,
+        num_prefill_tokens: int,
+        num_decode_tokens: int,
+        now_s: float | None = None,
+        *,
+        shape: StepShape | None = None,
     ) -> StepRecord:
         """After ``schedule()``: what the step holds; it is dispatched now."""
         now_s = self._now(now_s)
-        start_s, num_decoding, cap = self._pending or (now_s, 0, None)
+        pending = self._pending or _Pending(now_s, 0, None, False)
         self._pending = None
+        if shape is None:
+            shape = StepShape(num_decode_tokens, 0, num_prefill_tokens, 0.0)
         record = StepRecord(
             step_index=self._timeline.num_steps,
             mode=self._params.mode,
-            num_decoding=num_decoding,
+            num_decoding=pending.num_decoding,
             num_prefill_tokens=num_prefill_tokens,
             num_decode_tokens=num_decode_tokens,
-            cap_tokens=cap,
+            cap_tokens=pending.cap_tokens,
             cap_generation=self._cap_generation,
-            scheduled_at_s=start_s,
+            scheduled_at_s=pending.start_s,
             dispatched_at_s=now_s,
+            shape=shape,
+            predicted_s=self._model.predict_s(shape),
+            is_planned=pending.is_planned,
         )
         self._num_mixed_steps += record.is_mixed
-        self._num_decode_free_steps += num_decoding == 0
+        self._num_decode_free_steps += pending.num_decoding == 0
         self._timeline.dispatch(record)
         return record
 
     def on_step_done(self, now_s: float | None = None) -> StepRecord | None:
         """At ``update_from_output``: the oldest in-flight step completed."""
         record = self._timeline.complete(self._now(now_s), self._wall_clock())
-        if record is not None and self._params.mode == "dlfp-ct":
+        if record is None:
+            return None
+        if record.busy_s is not None and record.shape is not None:
+            self._model.observe(record.shape, record.busy_s)
+        if self._params.mode == "dlfp-ct":
             self._observe(record, record.busy_s)
         return record
 
+    @property
+    def _is_planning(self) -> bool:
+        return self._params.uses_cost_model and self._model.is_ready
+
+    def _plan(
+        self, num_decoding: int, decode_context_tokens: int, candidates: Sequence[tuple[int, int]]
+    ) -> int:
+        p = self._params
+        budget_s = self._allowance * p.target_ms / 1000.0
+        best = p.min_cap_tokens
+        for cap in range(p.min_cap_tokens, p.max_cap_tokens + 1, p.step_tokens):
+            num_prefill, attention = plan_prefill(candidates, cap)
+            shape = StepShape(num_decoding, decode_context_tokens, num_prefill, attention)
+            predicted_s = self._model.predict_s(shape)
+            if predicted_s is None or predicted_s > budget_s:
+                break
+            best = cap
+            if num_prefill < cap:  # every candidate fits: a larger cap changes nothing
+                return p.max_cap_tokens
+        return best
+
     def _observe(self, record: StepRecord, observed_s: float | None) -> None:
         # NOTE: the guard. Only a mixed step says how long prefill beside a
-        # decode takes, and only a step run under the cap in force says what
-        # *this* cap does; anything else would feed back another cap's effect.
+        # decode takes, and only a step run under the state in force says what
+        # *this* state does; anything else would feed back another state's effect.
         if observed_s is None or record.cap_tokens is None or not record.is_mixed:
             return
         if record.cap_generation != self._cap_generation or record.mode != self._params.mode:
             self._num_stale_observations += 1
             return
-        target_s = self._params.target_ms / 1000.0
+        p = self._params
+        target_s = p.target_ms / 1000.0
         if record.num_prefill_tokens < record.cap_tokens and observed_s <= target_s:
             # The cap did not limit this step (the prompt's last chunk, say): a
             # fast step says nothing about it, while a slow one still does.
             return
-        error = (target_s - observed_s) / target_s
-        p = self._params
-        base = self._cap_exact if self._cap_exact is not None else float(record.cap_tokens)
-        exact = min(max(base * (1.0 + p.gain * error), p.min_cap_tokens), p.max_cap_tokens)
-        self._set_cap(p.clamp(exact), exact=exact)
+        factor = 1.0 + p.gain * (target_s - observed_s) / target_s
+        if record.is_planned:
+            self._allowance = min(max(self._allowance * factor, MIN_ALLOWANCE), MAX_ALLOWANCE)
+            self._cap_generation += 1
+        else:
+            base = self._cap_exact if self._cap_exact is not None else float(record.cap_tokens)
+            exact = min(max(base * factor, p.min_cap_tokens), p.max_cap_tokens)
+            self._set_cap(p.clamp(exact), exact=exact)
         self._last_observation_s = observed_s
         self._num_updates += 1
         self._last_update_unix_s = self._wall_clock()
@@ -312,3 +411,13 @@ class PrefillCapController:
 
     def _now(self, now_s: float | None) -> float:
         return self._clock() if now_s is None else now_s
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """Set by ``on_schedule``, consumed by ``on_scheduled``."""
+
+    start_s: float
+    num_decoding: int
+    cap_tokens: int | None
+    is_planned: bool

@@ -29,6 +29,15 @@ class ControllerMode(StrEnum):
     """Completion-timed controller: observation = busy time of the completed step."""
 
 
+class PrefillOrder(StrEnum):
+    """Which prefills a capped step serves first."""
+
+    FCFS = "fcfs"
+    """vLLM's order: running prefills, then the waiting queue."""
+    SRPF = "srpf"
+    """Shortest remaining prefill first, waiting or partially prefilled."""
+
+
 class DLFPConfig(BaseModel):
     """Controller settings and the SLO targets the gateway judges requests by."""
 
@@ -50,6 +59,10 @@ class DLFPConfig(BaseModel):
     """Quantum of the cap: every cap is a multiple of it."""
     fixed_cap_tokens: int = Field(default=128, ge=1)
     """Cap used by the ``fixed`` controller, in tokens."""
+    prefill_order: PrefillOrder = PrefillOrder.SRPF
+    """Which prefills a capped step serves first: fcfs (vLLM's order) or srpf."""
+    feedforward: bool = True
+    """dlfp-ct only: size each mixed step from the online cost model of step time."""
     ttft_slo_ms: float = Field(default=30_000.0, gt=0)
     """Time-to-first-token objective the gateway judges requests by."""
     itl_slo_ms: float = Field(default=500.0, gt=0)

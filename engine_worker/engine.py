@@ -344,3 +344,7 @@ class VLLMEngine:
     async def get_dlfp_steps(self, since_step: int) -> list[dict[str, Any]]:
         steps: list[dict[str, Any]] = await self._dlfp().get_steps(since_step)
         return steps
+
+    async def reset_dlfp(self) -> dict[str, Any]:
+        state: dict[str, Any] = await self._dlfp().reset()
+        return state

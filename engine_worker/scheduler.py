@@ -26,9 +26,21 @@ from vllm.v1.engine import EngineCoreOutputs
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 
+from vllm.v1.core.sched.request_queue import FCFSRequestQueue
+from vllm.v1.request import RequestStatus
+
 from engine_worker import channel
 from engine_worker.controller import PrefillCapController
-from engine_worker.dlfp_config import DLFPConfig
+from engine_worker.cost_model import StepShape, chunk_attention
+from engine_worker.dlfp_config import DLFPConfig, PrefillOrder
+from engine_worker.prefill_order import (
+    MAX_HELD_STEPS,
+    Candidate,
+    Selection,
+    candidates_in_order,
+    restore_order,
+    select,
+)
 from engine_worker.step_timing import StepRecord
 
 logger = init_logger(__name__)
@@ -37,6 +49,10 @@ ADDITIONAL_CONFIG_KEY = "dlfp"
 """Key of the ``DLFPConfig`` dict in ``VllmConfig.additional_config``."""
 MAX_STEP_HISTORY = 4096
 """Steps kept in the telemetry ring buffer."""
+
+
+_SCHEDULABLE = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+"""Waiting statuses vLLM can schedule now (not blocked on a grammar or remote KV)."""
 
 
 def read_dlfp_config(additional_config: object) -> DLFPConfig:
@@ -85,6 +101,8 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         self.dlfp_config = read_dlfp_config(self.vllm_config.additional_config)
         self.dlfp_controller = PrefillCapController.from_config(self.dlfp_config)
         self._dlfp_steps: deque[StepRecord] = deque(maxlen=MAX_STEP_HISTORY)
+        # Consecutive capped steps each prefill in progress went without tokens.
+        self._num_held_steps: dict[str, int] = {}
         if self.scheduler_config.async_scheduling != isinstance(self, AsyncScheduler):
             logger.warning(
                 "%s does not match async_scheduling=%s; use scheduler_cls_name()",
@@ -96,17 +114,23 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         decodes = [request for request in self.running if is_decoding(request)]
-        cap_tokens = self.dlfp_controller.on_schedule(len(decodes))
+        candidates = self._prefill_candidates() if decodes else []
+        cap_tokens = self.dlfp_controller.on_schedule(
+            len(decodes),
+            candidates=[(c.computed_tokens, c.remaining_tokens) for c in candidates],
+            decode_context_tokens=sum(r.num_computed_tokens for r in decodes),
+        )
         if cap_tokens is None:
             output = super().schedule(*args, **kwargs)
         else:
-            output = self._schedule_capped(cap_tokens, len(decodes), *args, **kwargs)
-        num_scheduled = output.num_scheduled_tokens
-        num_decode_tokens = sum(num_scheduled.get(r.request_id, 0) for r in decodes)
+            output = self._schedule_capped(cap_tokens, decodes, candidates, *args, **kwargs)
+        shape = self._step_shape(output, decodes)
         record = self.dlfp_controller.on_scheduled(
-            output.total_num_scheduled_tokens - num_decode_tokens, num_decode_tokens
+            shape.num_prefill_tokens, shape.num_decode_tokens, shape=shape
         )
         self._dlfp_steps.append(record)
+        if cap_tokens is not None:
+            self._count_held_steps(output)
         return output
 
     def update_from_output(
@@ -122,7 +146,12 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         return outputs
 
     def _schedule_capped(
-        self, cap_tokens: int, num_decoding: int, *args: Any, **kwargs: Any
+        self,
+        cap_tokens: int,
+        decodes: list[Request],
+        candidates: list[Candidate],
+        *args: Any,
+        **kwargs: Any,
     ) -> SchedulerOutput:
         config = self.scheduler_config
         saved_budget = self.max_num_scheduled_tokens
@@ -133,47 +162,124 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         # schedule() applies it to running and waiting requests alike). A decode
         # that vLLM skips this step leaves its slot to prefill, so a step may
         # hold a few tokens more than the cap in total, never one request.
-        num_decode_slots = num_decoding * (1 + self.num_spec_tokens)
+        num_decode_slots = len(decodes) * (1 + self.num_spec_tokens)
         self.max_num_scheduled_tokens = min(saved_budget, num_decode_slots + cap_tokens)
+        threshold = cap_tokens
+        selection: Selection | None = None
+        original_running = list(self.running)
+        original_waiting = list(self.waiting)
+        if self.dlfp_config.prefill_order == PrefillOrder.SRPF:
+            selection = select(candidates, cap_tokens)
+            threshold = selection.threshold_tokens
+            self._apply_selection(decodes, selection)
+        elif not self._move_decodes_first():
+            original_running = []
         config.long_prefill_token_threshold = (
-            min(cap_tokens, saved_threshold) if saved_threshold > 0 else cap_tokens
+            min(threshold, saved_threshold) if saved_threshold > 0 else threshold
         )
         # The adaptive floor would lift the threshold above the cap.
         self.adaptive_long_prefill_threshold = False
-        original_running = self._move_decodes_first()
         try:
             return super().schedule(*args, **kwargs)
         finally:
             self.max_num_scheduled_tokens = saved_budget
             config.long_prefill_token_threshold = saved_threshold
             self.adaptive_long_prefill_threshold = saved_adaptive
-            if original_running is not None:
-                self._restore_running_order(original_running)
+            held_running = selection.held_running if selection else []
+            if original_running:
+                kept, admitted = restore_order(original_running, self.running, held_running)
+                self.running[:] = kept + admitted
+            if selection is not None:
+                self._restore_waiting(original_waiting, selection.held_waiting)
 
-    def _move_decodes_first(self) -> list[Request] | None:
-        """Stable-partition ``running`` into decodes then prefills, if needed.
+    def _prefill_candidates(self) -> list[Candidate]:
+        """The prefills a capped step could serve, in the order it should."""
+        running_prefills = [r for r in self.running if not is_decoding(r)]
+        num_free_slots = max(self.max_num_running_reqs - len(self.running), 0)
+        waiting = [r for r in self.waiting if r.status in _SCHEDULABLE][:num_free_slots]
+        starving = frozenset(
+            request_id
+            for request_id, num_held in self._num_held_steps.items()
+            if num_held >= MAX_HELD_STEPS
+        )
+        return candidates_in_order(
+            running_prefills,
+            waiting,
+            srpf=self.dlfp_config.prefill_order == PrefillOrder.SRPF,
+            by_priority=self.policy.value == "priority",
+            starving_ids=starving,
+        )
 
-        Returns the original order to restore, or None if nothing moved.
-        """
+    def _apply_selection(self, decodes: list[Request], selection: Selection) -> None:
+        # NOTE: held requests leave vLLM's queues for this one step only, and
+        # _schedule_capped puts them back in their old places. Decodes go first
+        # so that no prefill takes their slots (see _move_decodes_first).
+        served = {id(r) for r in selection.running}
+        others = [
+            r
+            for r in self.running
+            if not is_decoding(r) and id(r) not in served and r not in selection.held_running
+        ]
+        self.running[:] = [*decodes, *selection.running, *others]
+        if selection.held_waiting:
+            self.waiting.remove_requests(selection.held_waiting)
+        if isinstance(self.waiting, FCFSRequestQueue) and selection.waiting:
+            chosen = {id(r) for r in selection.waiting}
+            rest = [r for r in self.waiting if id(r) not in chosen]
+            self.waiting.clear()
+            self.waiting.extend([*selection.waiting, *rest])
+
+    def _restore_waiting(self, original: list[Request], held: list[Request]) -> None:
+        if isinstance(self.waiting, FCFSRequestQueue):
+            kept, added = restore_order(original, list(self.waiting), held)
+            self.waiting.clear()
+            # Preempted requests are prepended by vLLM: keep them first.
+            self.waiting.extend([*added, *kept])
+        else:
+            for request in held:
+                self.waiting.add_request(request)
+
+    def _step_shape(self, output: SchedulerOutput, decodes: list[Request]) -> StepShape:
+        """The step's composition for the cost model (after vLLM's bookkeeping)."""
+        decode_ids = {r.request_id for r in decodes}
+        num_decode = num_prefill = 0
+        attention = 0.0
+        for request_id, num_tokens in output.num_scheduled_tokens.items():
+            if request_id in decode_ids:
+                num_decode += num_tokens
+                continue
+            request = self.requests.get(request_id)
+            # num_computed_tokens already counts this step's tokens.
+            start = 0 if request is None else max(request.num_computed_tokens - num_tokens, 0)
+            num_prefill += num_tokens
+            attention += chunk_attention(start, num_tokens)
+        return StepShape(
+            num_decode_tokens=num_decode,
+            decode_context_tokens=sum(r.num_computed_tokens - 1 for r in decodes),
+            num_prefill_tokens=num_prefill,
+            attention_tokens2=attention,
+        )
+
+    def _count_held_steps(self, output: SchedulerOutput) -> None:
+        scheduled = output.num_scheduled_tokens
+        in_progress = [r for r in self.running if not is_decoding(r) and r.num_computed_tokens]
+        self._num_held_steps = {
+            r.request_id: self._num_held_steps.get(r.request_id, 0) + 1
+            for r in in_progress
+            if r.request_id not in scheduled
+        }
+
+    def _move_decodes_first(self) -> bool:
+        """Stable-partition ``running`` into decodes then prefills, if needed."""
         if not needs_decodes_first(self.running):
-            return None
-        original = list(self.running)
+            return False
         # NOTE: FCFS preemption pops running[-1]; while reordered that is the
         # newest prefill rather than the newest request. This only happens in
         # the rare >=2-prefills-ahead case, and only under KV-cache pressure.
-        self.running[:] = [r for r in original if is_decoding(r)] + [
-            r for r in original if not is_decoding(r)
+        self.running[:] = [r for r in self.running if is_decoding(r)] + [
+            r for r in self.running if not is_decoding(r)
         ]
-        return original
-
-    def _restore_running_order(self, original: list[Request]) -> None:
-        # schedule() may have popped (preempted) requests and appended newly
-        # admitted ones; keep survivors in their old order, new ones after.
-        position = {request.request_id: i for i, request in enumerate(original)}
-        survivors = [r for r in self.running if r.request_id in position]
-        survivors.sort(key=lambda r: position[r.request_id])
-        admitted = [r for r in self.running if r.request_id not in position]
-        self.running[:] = survivors + admitted
+        return True
 
     def _warn_if_cap_exceeds_budget(self) -> None:
         if self.dlfp_config.max_cap_tokens > self.max_num_scheduled_tokens:
@@ -207,6 +313,13 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         self.dlfp_config = new_config
         self._warn_if_cap_exceeds_budget()
         logger.info("DLFP config applied: %s", new_config)
+        return self.dlfp_get_state()
+
+    def dlfp_reset(self) -> dict[str, Any]:
+        """Back to ``initial_cap_tokens``, an empty cost model and a fresh guard."""
+        self.dlfp_controller.reset()
+        self._num_held_steps.clear()
+        logger.info("DLFP controller reset")
         return self.dlfp_get_state()
 
     def dlfp_get_steps(self, since_step: int) -> list[dict[str, Any]]:

@@ -11,6 +11,8 @@ without any id. Two timings come out of it, one per feedback controller:
   signal; under async scheduling it mostly measures an *earlier* step).
 - ``busy_s``: ``done(k) - max(done(k-1), dispatched(k))``, the time the
   executor spent on step k alone (the completion-timed signal).
+- ``completion_interval_s``: ``done(k) - done(k-1)``, what a stream served by
+  consecutive steps waits between two tokens (host time included).
 
 Pure Python: no vLLM import.
 """
@@ -20,6 +22,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
+
+from engine_worker.cost_model import StepShape
 
 
 def _to_ms(seconds: float | None) -> float | None:
@@ -47,8 +51,15 @@ class StepRecord:
     done_unix_s: float | None = None
     interval_s: float | None = None
     busy_s: float | None = None
+    completion_interval_s: float | None = None
     is_feedback: bool = False
     """Whether this step's observation was fed to the control law."""
+    shape: StepShape | None = None
+    """The step's composition, as the cost model sees it."""
+    predicted_s: float | None = None
+    """The cost model's busy time for ``shape`` at dispatch (None before it is ready)."""
+    is_planned: bool = False
+    """Whether the cap came from the cost model (feed-forward) rather than the feedback cap."""
 
     @property
     def is_mixed(self) -> bool:
@@ -69,6 +80,9 @@ class StepRecord:
 
     def to_dict(self) -> dict[str, Any]:
         """Telemetry view: plain JSON/msgpack types only."""
+        shape = self.shape or StepShape()
+        # Mean context a prefill token of this step attends to.
+        context = shape.attention_tokens2 / max(shape.num_prefill_tokens, 1)
         return {
             "step_index": self.step_index,
             "mode": self.mode,
@@ -80,6 +94,11 @@ class StepRecord:
             "observation_ms": _to_ms(self.observation_s()),
             "interval_ms": _to_ms(self.interval_s),
             "busy_ms": _to_ms(self.busy_s),
+            "completion_interval_ms": _to_ms(self.completion_interval_s),
+            "predicted_busy_ms": _to_ms(self.predicted_s),
+            "prefill_context_tokens": round(context),
+            "decode_context_tokens": shape.decode_context_tokens,
+            "is_planned": self.is_planned,
             "done_unix_s": self.done_unix_s,
             "is_feedback": self.is_feedback,
         }
@@ -139,6 +158,8 @@ class StepTimeline:
         if self._last_done_s is not None:
             started_s = max(started_s, self._last_done_s)
         record.busy_s = max(now_s - started_s, 0.0)
+        if self._last_done_s is not None:
+            record.completion_interval_s = now_s - self._last_done_s
         record.done_at_s = now_s
         record.done_unix_s = now_unix_s
         self._last_done_s = now_s

@@ -26,6 +26,16 @@ def _add_settings_options(parser: argparse.ArgumentParser) -> None:
         env = f"DLFP_{name.upper()}"
         default = field.get_default(call_default_factory=True)
         help_text = f"{field.description or ''} [env {env}; default {default}]"
+        if field.annotation in (bool, bool | None):
+            # --name / --no-name
+            parser.add_argument(
+                flag,
+                dest=name,
+                action=argparse.BooleanOptionalAction,
+                default=argparse.SUPPRESS,
+                help=help_text,
+            )
+            continue
         parser.add_argument(flag, dest=name, default=argparse.SUPPRESS, help=help_text)
     parser.add_argument(
         "--engine-arg",

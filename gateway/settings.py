@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from engine_worker.dlfp_config import ControllerMode, Device, DLFPConfig
+from engine_worker.dlfp_config import ControllerMode, Device, DLFPConfig, PrefillOrder
 from gateway.admission import AdmissionLimits
 
 DLFP_FIELDS = tuple(DLFPConfig.model_fields)
@@ -79,6 +79,10 @@ class Settings(BaseSettings):
     """Quantum of the prefill cap, tokens."""
     fixed_cap_tokens: int | None = Field(default=None, ge=1)
     """Cap of the fixed controller, tokens."""
+    prefill_order: PrefillOrder | None = None
+    """Which prefills a capped step serves first: fcfs (vLLM's order) or srpf (default)."""
+    feedforward: bool | None = None
+    """dlfp-ct only: size each mixed step from the online cost model (default true)."""
     ttft_slo_ms: float | None = Field(default=None, gt=0)
     """Time-to-first-token objective, ms."""
     itl_slo_ms: float | None = Field(default=None, gt=0)

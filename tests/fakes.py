@@ -44,6 +44,7 @@ class FakeEngine:
         self.submitted: list[tuple[str, list[int], SamplingOptions, int]] = []
         self.fail_after_tokens: int | None = None
         self.dlfp_config = DLFPConfig()
+        self.num_dlfp_resets = 0
 
     @property
     def is_ready(self) -> bool:
@@ -129,3 +130,7 @@ class FakeEngine:
 
     async def get_dlfp_steps(self, since_step: int) -> list[dict[str, Any]]:
         return []
+
+    async def reset_dlfp(self) -> dict[str, Any]:
+        self.num_dlfp_resets += 1
+        return await self.get_dlfp_state()

@@ -25,6 +25,7 @@ PARAMS = CapParams(
     max_cap_tokens=1024,
     step_tokens=16,
     fixed_cap_tokens=64,
+    feedforward=False,
 )
 
 
@@ -310,6 +311,7 @@ def test_cap_leaves_the_lower_bound_when_one_update_is_under_half_a_step() -> No
         max_cap_tokens=1024,
         step_tokens=16,
         fixed_cap_tokens=16,
+        feedforward=False,
     )
     controller = PrefillCapController(params, clock=lambda: 0.0, wall_clock=lambda: 0.0)
     now = 0.0

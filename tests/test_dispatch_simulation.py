@@ -35,6 +35,7 @@ PARAMS = CapParams(
     max_cap_tokens=6144,
     step_tokens=128,
     fixed_cap_tokens=2048,
+    feedforward=False,
 )
 HORIZON_S = 120.0
 NUM_DECODING = 4

@@ -107,6 +107,24 @@ def test_concurrent_patches_leave_consistent_state(
     assert final["settings"]["gain"] in {round(0.1 * (i + 1), 1) for i in range(6)}
 
 
+def test_reset_restarts_cap_and_cost_model(
+    gateway_server: Server, restore_dlfp: dict[str, Any]
+) -> None:
+    patch = {"controller": "dlfp-ct", "target_ms": 1, "initial_cap_tokens": 256}
+    assert admin(gateway_server, "PATCH", json=patch).status_code == 200
+    mixed_load(gateway_server, tag=3)
+    learned = state(gateway_server)
+    assert learned["cap_tokens"] == restore_dlfp["min_cap_tokens"]
+    assert learned["cost_model_ready"] is True
+    reset = admin(gateway_server, "POST", path="/admin/dlfp/reset")
+    assert reset.status_code == 200, reset.text
+    after = reset.json()["state"]
+    assert after["cap_tokens"] == 256 and after["cost_model_ready"] is False
+    # Counters keep counting; settings are untouched.
+    assert after["num_steps"] >= learned["num_steps"]
+    assert reset.json()["settings"]["target_ms"] == 1
+
+
 def test_invalid_put_changes_nothing(gateway_server: Server, restore_dlfp: dict[str, Any]) -> None:
     before = admin(gateway_server, "GET").json()
     r = admin(gateway_server, "PUT", json=before["settings"] | {"min_cap_tokens": 2048})
@@ -125,6 +143,9 @@ def test_outputs_identical_with_controller_off_and_on(
         "off": {"controller": "off"},
         "fixed": {"controller": "fixed", "fixed_cap_tokens": 32},
         "dlfp-ct": {"controller": "dlfp-ct", "target_ms": 1},
+        # The defaults: SRPF order and the feed-forward cap, at a target it can plan for.
+        "dlfp-ct-ff": {"controller": "dlfp-ct", "target_ms": 20, "feedforward": True},
+        "dlfp-ct-fcfs": {"controller": "dlfp-ct", "target_ms": 20, "prefill_order": "fcfs"},
         "dlfp": {"controller": "dlfp", "target_ms": 1},
     }
     for name, patch in modes.items():
@@ -133,6 +154,6 @@ def test_outputs_identical_with_controller_off_and_on(
         outputs[name] = mixed_load(gateway_server, tag=7)
         if name != "off":
             assert state(gateway_server)["num_mixed_steps"] > mixed_before + 10, name
-    for name in ("fixed", "dlfp-ct", "dlfp"):
+    for name in outputs:
         differing = [p[:40] for p in outputs["off"] if outputs["off"][p] != outputs[name][p]]
         assert differing == [], (name, differing)

@@ -36,7 +36,7 @@ from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder, UtilityResult
 from vllm.v1.structured_output import StructuredOutputManager
 
 from engine_worker import scheduler as dlfp_scheduler
-from engine_worker.dlfp_config import ControllerMode, DLFPConfig
+from engine_worker.dlfp_config import ControllerMode, DLFPConfig, PrefillOrder
 from engine_worker.scheduler import (
     DLFPAsyncScheduler,
     DLFPScheduler,
@@ -87,6 +87,7 @@ def build(model_dir: Path) -> Callable[..., Scheduler]:
         max_num_batched_tokens: int = 512,
         long_prefill_token_threshold: int = 0,
         num_blocks: int = 2000,
+        policy: str = "fcfs",
     ) -> Scheduler:
         vllm_config = VllmConfig(
             scheduler_config=SchedulerConfig(
@@ -96,6 +97,7 @@ def build(model_dir: Path) -> Callable[..., Scheduler]:
                 is_encoder_decoder=False,
                 enable_chunked_prefill=True,
                 long_prefill_token_threshold=long_prefill_token_threshold,
+                policy=policy,
             ),
             model_config=ModelConfig(
                 model=str(model_dir), skip_tokenizer_init=True, dtype="bfloat16", max_model_len=4096
@@ -122,12 +124,15 @@ def build(model_dir: Path) -> Callable[..., Scheduler]:
     return _build
 
 
-def make_request(request_id: str, num_prompt_tokens: int, max_tokens: int = 20) -> Request:
+def make_request(
+    request_id: str, num_prompt_tokens: int, max_tokens: int = 20, priority: int = 0
+) -> Request:
     return Request(
         request_id=request_id,
         prompt_token_ids=[11] * num_prompt_tokens,
         sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=True),
         pooling_params=None,
+        priority=priority,
     )
 
 
@@ -252,7 +257,8 @@ def test_decode_behind_two_prefills_starves_without_reordering(
 ) -> None:
     # The edge case is real: budget and threshold alone let p2 take d's slot.
     monkeypatch.setattr(dlfp_scheduler, "needs_decodes_first", lambda running: False)
-    scheduler = build(DLFPScheduler, FIXED_64, long_prefill_token_threshold=200)
+    fcfs = FIXED_64.model_copy(update={"prefill_order": PrefillOrder.FCFS})
+    scheduler = build(DLFPScheduler, fcfs, long_prefill_token_threshold=200)
     assert schedule_two_prefills_ahead_of_a_decode(scheduler) == {"p1": 64, "p2": 1}
 
 

@@ -30,6 +30,10 @@ STATE_KEYS = (
     "last_update_unix_s",
     "num_mixed_steps",
     "num_decode_free_steps",
+    "feedforward",
+    "cost_model_ready",
+    "allowance",
+    "cost_coefficients",
 )
 _ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorResponse} for s in (401, 403, 422, 503)
@@ -127,6 +131,23 @@ async def patch_dlfp(
         except ValidationError as exc:
             raise _invalid(exc) from exc
         return await _apply(gateway, new, who, request)
+
+
+@router.post("/dlfp/reset", responses=_ERRORS)
+async def reset_dlfp(gateway: GatewayDep, who: AdminDep, request: Request) -> dict[str, Any]:
+    """Reset the controller: cap back to initial_cap_tokens, cost model and guard emptied.
+
+    Settings stay as they are and counters keep counting.
+    """
+    gateway.check_engine()
+    async with gateway.dlfp_lock:
+        state = await gateway.engine.reset_dlfp()
+    gateway.metrics.admin_changes.inc()
+    logger.info(
+        "dlfp controller reset",
+        extra={"event": "admin_reset", "section": "dlfp", "who": who, "method": request.method},
+    )
+    return await _snapshot(gateway, state)
 
 
 def _admission_view(gateway: GatewayState) -> dict[str, Any]:

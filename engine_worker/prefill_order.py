@@ -1,0 +1,138 @@
+"""Which prefills a capped step serves, and in what order: ``fcfs`` or ``srpf``.
+
+vLLM 0.32's ``schedule()`` serves every running request before it looks at
+the waiting queue, so under a cap a long prompt's chunked prefill takes the
+whole cap, step after step, and a short prompt that arrives meanwhile gets no
+token until that prefill ends. With ``srpf`` (shortest remaining prefill
+first) a capped step's prefill tokens go first to the requests with the
+fewest prefill tokens left, waiting or partially prefilled; the scheduler
+holds the others out of vLLM's queues for that one step.
+
+No prefill starves: one in progress that went ``MAX_HELD_STEPS`` capped steps
+without tokens is served first. Under ``priority`` scheduling, priority comes
+first and SRPF orders within one priority.
+
+Duck-typed on vLLM's ``Request`` (``num_tokens``, ``num_computed_tokens``,
+``priority``, ``arrival_time``, ``request_id``): no vLLM import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_HELD_STEPS = 4
+"""Most consecutive capped steps a prefill in progress may go without tokens."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A request with prefill left to do, as a capped step sees it."""
+
+    request: Any
+    computed_tokens: int
+    remaining_tokens: int
+    is_running: bool
+
+
+@dataclass
+class Selection:
+    """What one capped step serves: the scheduler applies it around ``schedule()``."""
+
+    running: list[Any] = field(default_factory=list)
+    """Running prefills to serve, in order (after the decodes)."""
+    waiting: list[Any] = field(default_factory=list)
+    """Waiting requests to serve, in order."""
+    held_running: list[Any] = field(default_factory=list)
+    held_waiting: list[Any] = field(default_factory=list)
+    threshold_tokens: int = 0
+    """Per-request token threshold for the step."""
+
+
+def remaining_prefill(request: Any) -> int:
+    # NOTE: num_tokens, not num_prompt_tokens: a preempted request re-prefills
+    # its generated tokens too.
+    return max(int(request.num_tokens) - int(request.num_computed_tokens), 0)
+
+
+def candidates_in_order(
+    running_prefills: Iterable[Any],
+    waiting: Iterable[Any],
+    *,
+    srpf: bool,
+    by_priority: bool,
+    starving_ids: frozenset[str] = frozenset(),
+) -> list[Candidate]:
+    """The step's prefill candidates in the order the step should serve them.
+
+    ``fcfs`` keeps vLLM's order (running, then waiting); ``srpf`` sorts by
+    (starving first, priority if ``by_priority``, remaining tokens, arrival).
+    """
+    candidates = [Candidate(r, r.num_computed_tokens, remaining_prefill(r), True) for r in running_prefills]
+    candidates += [Candidate(r, r.num_computed_tokens, remaining_prefill(r), False) for r in waiting]
+    candidates = [c for c in candidates if c.remaining_tokens > 0]
+    if not srpf:
+        return candidates
+
+    def key(c: Candidate) -> tuple[int, int, int, float]:
+        priority = int(c.request.priority) if by_priority else 0
+        is_starving = c.request.request_id in starving_ids
+        return (0 if is_starving else 1, priority, c.remaining_tokens, float(c.request.arrival_time))
+
+    return sorted(candidates, key=key)
+
+
+def select(candidates: Sequence[Candidate], cap_tokens: int) -> Selection:
+    """Give ``cap_tokens`` to the candidates in order; hold out those left without.
+
+    vLLM serves running requests before waiting ones, so a running request at
+    the boundary (the one that gets only part of what it needs) would take
+    more than its share ahead of a waiting request chosen before it. Then the
+    step's threshold shrinks to the boundary's share when that cuts no other
+    chosen request, and otherwise the boundary is held out too.
+    """
+    chosen: list[tuple[Candidate, int]] = []
+    held: list[Candidate] = []
+    left = cap_tokens
+    for candidate in candidates:
+        if left <= 0:
+            held.append(candidate)
+            continue
+        share = min(candidate.remaining_tokens, left)
+        chosen.append((candidate, share))
+        left -= share
+    threshold = cap_tokens
+    if chosen and any(not c.is_running for c, _ in chosen):
+        boundary, share = chosen[-1]
+        if boundary.is_running and share < boundary.remaining_tokens:
+            others = [c.remaining_tokens for c, _ in chosen[:-1]]
+            if others and max(others) > share:
+                chosen.pop()
+                held.append(boundary)
+            else:
+                threshold = share
+    return Selection(
+        running=[c.request for c, _ in chosen if c.is_running],
+        waiting=[c.request for c, _ in chosen if not c.is_running],
+        held_running=[c.request for c in held if c.is_running],
+        held_waiting=[c.request for c in held if not c.is_running],
+        threshold_tokens=max(threshold, 1),
+    )
+
+
+def restore_order(
+    original: Sequence[Any], current: Sequence[Any], held: Sequence[Any]
+) -> tuple[list[Any], list[Any]]:
+    """A queue after a step that reordered it: ``(kept, added)``.
+
+    ``current`` is the queue after ``schedule()`` (it may have lost served or
+    preempted requests and gained others); ``held`` were taken out for the
+    step. ``kept`` holds the survivors and the held requests in their original
+    order, ``added`` what the step put in (in ``current``'s order).
+    """
+    original_ids = {id(r) for r in original}
+    present = {id(r) for r in current} | {id(r) for r in held}
+    kept = [r for r in original if id(r) in present]
+    added = [r for r in current if id(r) not in original_ids]
+    return kept, added

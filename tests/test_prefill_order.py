@@ -1,0 +1,118 @@
+"""SRPF under the cap, on vLLM's real ``Scheduler`` built in-process (no model run).
+
+A short prompt that arrives while a long prompt's chunked prefill is capped
+beside a running decode starts in the next step under ``srpf``; under
+``fcfs`` (vLLM's order) it waits for the long prefill to finish. The long
+prefill never goes more than ``MAX_HELD_STEPS`` capped steps without tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from engine_worker.dlfp_config import ControllerMode, DLFPConfig, PrefillOrder
+from engine_worker.prefill_order import MAX_HELD_STEPS, Candidate, select
+from engine_worker.scheduler import DLFPAsyncScheduler, DLFPScheduler
+from tests.test_scheduler import build, decoding_ids, make_request, model_dir, run_step
+
+__all__ = ["build", "model_dir"]  # fixtures, imported for pytest
+
+FIXED_64 = DLFPConfig(controller=ControllerMode.FIXED, fixed_cap_tokens=64)
+
+
+def long_prefill_beside_a_decode(scheduler: Scheduler) -> None:
+    """'d' decodes while 'long' (2,000 tokens) is chunk-prefilled at 64 a step."""
+    scheduler.add_request(make_request("d", 10, max_tokens=400))
+    run_step(scheduler)
+    scheduler.add_request(make_request("long", 2000))
+    assert run_step(scheduler).num_scheduled_tokens == {"d": 1, "long": 64}
+
+
+@pytest.mark.parametrize("dlfp_cls", [DLFPScheduler, DLFPAsyncScheduler])
+def test_short_prompt_starts_next_step_under_srpf(
+    build: Callable[..., Scheduler], dlfp_cls: type[Scheduler]
+) -> None:
+    scheduler = build(dlfp_cls, FIXED_64)
+    long_prefill_beside_a_decode(scheduler)
+    scheduler.add_request(make_request("short", 20))
+    # The short prompt takes what it needs first; the long one gets the rest of the cap
+    # (44 tokens: running requests go first in vLLM, so the step's threshold becomes 44).
+    assert run_step(scheduler).num_scheduled_tokens == {"d": 1, "short": 20, "long": 44}
+    assert "short" in decoding_ids(scheduler)
+    assert [r.request_id for r in scheduler.running] == ["d", "long", "short"]
+    # Had the long prompt's share been smaller than the short one, it would wait a step.
+    scheduler.add_request(make_request("short-2", 40))
+    assert run_step(scheduler).num_scheduled_tokens == {"d": 1, "short": 1, "short-2": 40}
+
+
+def test_short_prompt_waits_for_the_long_prefill_under_fcfs(
+    build: Callable[..., Scheduler],
+) -> None:
+    fcfs = FIXED_64.model_copy(update={"prefill_order": PrefillOrder.FCFS})
+    scheduler = build(DLFPScheduler, fcfs)
+    long_prefill_beside_a_decode(scheduler)
+    scheduler.add_request(make_request("short", 40))
+    num_steps_waited = 0
+    while "short" not in run_step(scheduler).num_scheduled_tokens:
+        num_steps_waited += 1
+    assert num_steps_waited >= 25  # the rest of the long prompt, 64 tokens a step
+
+
+def test_a_short_prompt_larger_than_the_cap_holds_the_long_one_out(
+    build: Callable[..., Scheduler],
+) -> None:
+    scheduler = build(DLFPScheduler, FIXED_64)
+    long_prefill_beside_a_decode(scheduler)
+    scheduler.add_request(make_request("short", 100))
+    assert run_step(scheduler).num_scheduled_tokens == {"d": 1, "short": 64}
+    assert run_step(scheduler).num_scheduled_tokens == {"d": 1, "short": 36, "long": 28}
+
+
+def test_long_prefill_never_starves_under_a_stream_of_short_prompts(
+    build: Callable[..., Scheduler],
+) -> None:
+    scheduler = build(DLFPScheduler, FIXED_64)
+    long_prefill_beside_a_decode(scheduler)
+    without_tokens = 0
+    longest_wait = 0
+    for step in range(60):
+        # A new 64-token prompt every step would take the whole cap for ever.
+        scheduler.add_request(make_request(f"s{step}", 64, max_tokens=2))
+        scheduled = run_step(scheduler).num_scheduled_tokens
+        if "long" not in scheduler.requests or "long" in decoding_ids(scheduler):
+            break
+        without_tokens = 0 if "long" in scheduled else without_tokens + 1
+        longest_wait = max(longest_wait, without_tokens)
+    assert 1 <= longest_wait <= MAX_HELD_STEPS
+
+
+def test_priority_comes_before_srpf(build: Callable[..., Scheduler], model_dir: object) -> None:
+    scheduler = build(DLFPScheduler, FIXED_64, policy="priority")
+    scheduler.add_request(make_request("d", 10, max_tokens=400))
+    run_step(scheduler)
+    scheduler.add_request(make_request("long-urgent", 500, priority=-1))
+    scheduler.add_request(make_request("short", 20, priority=0))
+    assert run_step(scheduler).num_scheduled_tokens == {"d": 1, "long-urgent": 64}
+
+
+def test_without_a_decode_vllm_order_stays(build: Callable[..., Scheduler]) -> None:
+    plain, dlfp = build(Scheduler), build(DLFPScheduler, FIXED_64)
+    for scheduler in (plain, dlfp):
+        scheduler.add_request(make_request("long", 1500))
+        scheduler.add_request(make_request("short", 30))
+    assert run_step(dlfp).num_scheduled_tokens == run_step(plain).num_scheduled_tokens
+
+
+def candidate(name: str, remaining: int, is_running: bool) -> Candidate:
+    return Candidate(name, 0, remaining, is_running)
+
+
+def test_select_shrinks_the_threshold_for_a_running_boundary() -> None:
+    chosen = select([candidate("w", 40, False), candidate("r", 2000, True)], 128)
+    assert (chosen.waiting, chosen.running, chosen.threshold_tokens) == (["w"], ["r"], 88)
+    # When the boundary's share would cut another chosen request, it waits a step.
+    held = select([candidate("w", 100, False), candidate("r", 2000, True)], 128)
+    assert (held.waiting, held.running, held.held_running) == (["w"], [], ["r"])
