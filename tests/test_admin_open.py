@@ -27,11 +27,14 @@ def records() -> Iterator[list[logging.LogRecord]]:
     # NOTE: configure_logging() stops propagation to the root logger, so caplog
     # would miss these records once any test has started a server in this session.
     handler = _Records()
+    level = logger.level
     logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
     try:
         yield handler.records
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def _settings(**values: object) -> Settings:
