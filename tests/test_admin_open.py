@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -37,7 +38,7 @@ def records() -> Iterator[list[logging.LogRecord]]:
         logger.setLevel(level)
 
 
-def _settings(**values: object) -> Settings:
+def _settings(**values: Any) -> Settings:
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
 
 

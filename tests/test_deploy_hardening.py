@@ -121,7 +121,8 @@ def test_compose_publishes_on_loopback_unless_told(name: str, compose: dict[str,
 def _memory_bytes(value: str) -> int:
     match = re.fullmatch(r"(\d+)([bkmg])?", value.lower())
     assert match, f"not a compose memory size: {value!r}"
-    return int(match[1]) * 1024 ** "bkmg".index(match[2] or "b")
+    unit: str = match[2] or "b"
+    return int(match[1]) << (10 * "bkmg".index(unit))
 
 
 @pytest.mark.parametrize("name", list(BIND_VARS))
