@@ -11,6 +11,7 @@ supervisor restarts it.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import time
 from types import FrameType
@@ -77,6 +78,27 @@ class GatewayServer(uvicorn.Server):
                 self._begin_drain()
 
 
+def warn_if_admin_open(settings: Settings) -> bool:
+    """Logs ``admin_open`` (and returns True) when /admin has no token off loopback.
+
+    /admin then still answers loopback clients only, but a proxy on the same host
+    (or a port published by a container runtime) connects from loopback.
+    """
+    if settings.admin_token is not None:
+        return False
+    try:
+        if ipaddress.ip_address(settings.host).is_loopback:
+            return False
+    except ValueError:
+        if settings.host == "localhost":
+            return False
+    logger.warning(
+        "admin open: listening beyond loopback with no admin token; set DLFP_ADMIN_TOKEN",
+        extra={"event": "admin_open", "host": settings.host},
+    )
+    return True
+
+
 def serve(settings: Settings) -> int:
     """Blocks until stopped: 0 after a clean stop, 1 if the engine failed."""
     configure_logging(settings.log_level)
@@ -95,6 +117,7 @@ def serve(settings: Settings) -> int:
             "controller": dlfp.controller.value,
         },
     )
+    warn_if_admin_open(settings)
     config = uvicorn.Config(
         app,
         host=settings.host,

@@ -486,4 +486,10 @@ def test_kustomize_builds_the_manifests() -> None:
     done = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     kinds = {doc["kind"] for doc in yaml.safe_load_all(done.stdout)}
-    assert kinds == {"Deployment", "Service", "ServiceMonitor", "HorizontalPodAutoscaler"}
+    assert kinds == {
+        "Deployment",
+        "Service",
+        "ServiceMonitor",
+        "HorizontalPodAutoscaler",
+        "NetworkPolicy",
+    }

@@ -1,0 +1,85 @@
+"""``serve`` warns (event ``admin_open``) when /admin has no token off loopback."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gateway import server
+from gateway.server import logger, warn_if_admin_open
+from gateway.settings import Settings
+from tests.fakes import FakeEngine
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def records() -> Iterator[list[logging.LogRecord]]:
+    # NOTE: configure_logging() stops propagation to the root logger, so caplog
+    # would miss these records once any test has started a server in this session.
+    handler = _Records()
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield handler.records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _settings(**values: Any) -> Settings:
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "gateway.example"])
+def test_warns_beyond_loopback_without_admin_token(
+    host: str, records: list[logging.LogRecord]
+) -> None:
+    assert warn_if_admin_open(_settings(host=host)) is True
+    (record,) = records
+    assert record.levelno == logging.WARNING
+    assert record.__dict__["event"] == "admin_open" and record.__dict__["host"] == host
+    assert "DLFP_ADMIN_TOKEN" in record.getMessage()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
+def test_silent_on_loopback(host: str, records: list[logging.LogRecord]) -> None:
+    assert warn_if_admin_open(_settings(host=host)) is False
+    assert records == []
+
+
+def test_silent_with_an_admin_token(records: list[logging.LogRecord]) -> None:
+    assert warn_if_admin_open(_settings(host="0.0.0.0", admin_token="s3cret")) is False
+    assert records == []
+
+
+def test_the_default_settings_do_not_warn(
+    records: list[logging.LogRecord], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("DLFP_HOST", "DLFP_ADMIN_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    assert warn_if_admin_open(_settings()) is False
+    assert records == []
+
+
+def test_serve_warns_at_start(
+    records: list[logging.LogRecord], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The FAKE engine and a server that returns at once: only the start-up path runs.
+    monkeypatch.setattr(server, "configure_logging", lambda level: None)
+    monkeypatch.setattr(server, "build_engine", lambda *args, **kwargs: FakeEngine())
+    monkeypatch.setattr(server.GatewayServer, "run", lambda self, sockets=None: None)
+    assert server.serve(_settings(host="0.0.0.0", device="cpu")) == 0
+    events = [r.__dict__.get("event") for r in records]
+    assert events.index("gateway_start") < events.index("admin_open")
