@@ -160,7 +160,7 @@ def _nnls(gram: list[list[float]], rhs: list[float]) -> tuple[float, ...]:
 def _solve(matrix: list[list[float]], rhs: list[float]) -> list[float]:
     """Gaussian elimination with partial pivoting (n <= 5)."""
     n = len(rhs)
-    a = [row[:] + [b] for row, b in zip(matrix, rhs, strict=True)]
+    a = [[*row, b] for row, b in zip(matrix, rhs, strict=True)]
     for col in range(n):
         pivot = max(range(col, n), key=lambda r: abs(a[r][col]))
         a[col], a[pivot] = a[pivot], a[col]

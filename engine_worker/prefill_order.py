@@ -56,6 +56,10 @@ def remaining_prefill(request: Any) -> int:
     return max(int(request.num_tokens) - int(request.num_computed_tokens), 0)
 
 
+def _candidate(request: Any, is_running: bool) -> Candidate:
+    return Candidate(request, request.num_computed_tokens, remaining_prefill(request), is_running)
+
+
 def candidates_in_order(
     running_prefills: Iterable[Any],
     waiting: Iterable[Any],
@@ -69,8 +73,12 @@ def candidates_in_order(
     ``fcfs`` keeps vLLM's order (running, then waiting); ``srpf`` sorts by
     (starving first, priority if ``by_priority``, remaining tokens, arrival).
     """
-    candidates = [Candidate(r, r.num_computed_tokens, remaining_prefill(r), True) for r in running_prefills]
-    candidates += [Candidate(r, r.num_computed_tokens, remaining_prefill(r), False) for r in waiting]
+    candidates = [
+        Candidate(r, r.num_computed_tokens, remaining_prefill(r), True) for r in running_prefills
+    ]
+    candidates += [
+        Candidate(r, r.num_computed_tokens, remaining_prefill(r), False) for r in waiting
+    ]
     candidates = [c for c in candidates if c.remaining_tokens > 0]
     if not srpf:
         return candidates
@@ -78,7 +86,12 @@ def candidates_in_order(
     def key(c: Candidate) -> tuple[int, int, int, float]:
         priority = int(c.request.priority) if by_priority else 0
         is_starving = c.request.request_id in starving_ids
-        return (0 if is_starving else 1, priority, c.remaining_tokens, float(c.request.arrival_time))
+        return (
+            0 if is_starving else 1,
+            priority,
+            c.remaining_tokens,
+            float(c.request.arrival_time),
+        )
 
     return sorted(candidates, key=key)
 

@@ -21,13 +21,11 @@ from typing import Any
 from vllm.logger import init_logger
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.core.sched.request_queue import FCFSRequestQueue
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine import EngineCoreOutputs
 from vllm.v1.outputs import ModelRunnerOutput
-from vllm.v1.request import Request
-
-from vllm.v1.core.sched.request_queue import FCFSRequestQueue
-from vllm.v1.request import RequestStatus
+from vllm.v1.request import Request, RequestStatus
 
 from engine_worker import channel
 from engine_worker.controller import PrefillCapController

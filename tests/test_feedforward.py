@@ -1,0 +1,128 @@
+"""The feed-forward cap on a toy plant whose step cost grows with context (fake clock).
+
+The plant has the shape measured on the CPU engine: a decode-only step of
+30 ms plus 2 ms a decode, about 1.4 ms a prefill token, plus attention that
+grows with the context a chunk attends to (a 128-token chunk went from 219 ms
+at the start of a long prompt to 311 ms near its end). Long prompts arrive
+one after another while the number of decoding streams wanders between 1 and
+16, as streams start and finish. No sleeping: the controller reads a fake clock.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import pytest
+
+from engine_worker.controller import CapParams, PrefillCapController
+from engine_worker.cost_model import StepCostModel, StepShape, chunk_attention, plan_prefill
+
+TARGET_MS = 300.0
+
+
+@dataclass
+class ContextPlant:
+    """Busy time of a step, in seconds, from its composition (3% noise)."""
+
+    base_s: float = 0.030
+    decode_s: float = 0.0016
+    prefill_s_per_token: float = 0.0014
+    attention_s_per_token2: float = 2.5e-7
+    noise: float = 0.03
+
+    def busy_s(self, shape: StepShape, rng: random.Random) -> float:
+        exact = (
+            self.base_s
+            + self.decode_s * shape.num_decode_tokens
+            + self.prefill_s_per_token * shape.num_prefill_tokens
+            + self.attention_s_per_token2 * shape.attention_tokens2
+        )
+        return exact * (1 + rng.uniform(-self.noise, self.noise))
+
+
+def params(feedforward: bool) -> CapParams:
+    return CapParams(
+        mode="dlfp-ct",
+        target_ms=TARGET_MS,
+        gain=0.5,
+        initial_cap_tokens=256,
+        min_cap_tokens=32,
+        max_cap_tokens=1024,
+        step_tokens=32,
+        fixed_cap_tokens=128,
+        feedforward=feedforward,
+    )
+
+
+def run(feedforward: bool, seed: int = 3, num_prompts: int = 40) -> list[tuple[int, int, float]]:
+    """Serve long prompts one after another; returns (cap, prefill, busy_ms) per mixed step."""
+    rng = random.Random(seed)
+    plant = ContextPlant()
+    now = [0.0]
+    controller = PrefillCapController(
+        params(feedforward), clock=lambda: now[0], wall_clock=lambda: now[0]
+    )
+    steps = []
+    streams = [128]  # tokens left per decoding stream; one never-ending background stream
+    for _ in range(num_prompts):
+        length, computed = rng.choice((rng.randrange(1000, 3000), rng.randrange(60, 200))), 0
+        while computed < length:
+            streams = [left - 1 for left in streams if left > 1] or [128]
+            num_decoding = len(streams)
+            candidates = [(computed, length - computed)]
+            cap = controller.on_schedule(num_decoding, candidates=candidates)
+            assert cap is not None
+            num_prefill = min(cap, length - computed)
+            shape = StepShape(num_decoding, 0, num_prefill, chunk_attention(computed, num_prefill))
+            controller.on_scheduled(num_prefill, num_decoding, shape=shape)
+            busy_s = plant.busy_s(shape, rng)
+            now[0] += busy_s
+            controller.on_step_done()
+            steps.append((cap, num_prefill, busy_s * 1000))
+            computed += num_prefill
+        streams.append(128)  # the prompt now decodes 128 tokens
+    return steps
+
+
+def share_on_target(steps: list[tuple[int, int, float]], skip: int = 20) -> float:
+    full = [busy for cap, prefill, busy in steps[skip:] if prefill == cap]
+    return sum(abs(busy - TARGET_MS) <= 0.15 * TARGET_MS for busy in full) / len(full)
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_feedforward_holds_the_target_better_than_feedback(seed: int) -> None:
+    # NOTE: on this smooth plant the feedback law alone also stays close (about
+    # 90% of full-cap steps within 15%); it loses at composition changes (a new
+    # prompt, streams starting or ending), which the model sees before the step.
+    feedforward = share_on_target(run(True, seed))
+    feedback = share_on_target(run(False, seed))
+    assert feedforward >= 0.8, feedforward
+    assert feedforward > feedback, (feedback, feedforward)
+
+
+def test_new_prompt_starts_at_the_cap_predicted_for_its_context() -> None:
+    steps = run(True)
+    # After a long prompt ends at a small cap, the next one's first chunk is
+    # sized for its own (empty) context: larger than the last chunk before it.
+    first_chunks = [i for i in range(1, len(steps)) if steps[i][0] > steps[i - 1][0] + 64]
+    assert len(first_chunks) >= 5
+
+
+def test_cost_model_recovers_the_plant() -> None:
+    rng = random.Random(1)
+    plant = ContextPlant(noise=0.0)
+    model = StepCostModel()
+    for _ in range(200):
+        computed, chunk = rng.randrange(0, 3000), rng.randrange(0, 300)
+        shape = StepShape(rng.randrange(1, 8), 0, chunk, chunk_attention(computed, chunk))
+        model.observe(shape, plant.busy_s(shape, rng))
+    probe = StepShape(4, 0, 128, chunk_attention(2000, 128))
+    predicted = model.predict_s(probe)
+    assert predicted is not None
+    assert abs(predicted - plant.busy_s(probe, rng)) < 0.005
+
+
+def test_plan_prefill_serves_candidates_in_order() -> None:
+    assert plan_prefill([(0, 40), (500, 1000)], 100) == (100, 40 * 20 + 60 * 530)
+    assert plan_prefill([(0, 40)], 100) == (40, 40 * 20)
