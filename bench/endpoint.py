@@ -16,7 +16,7 @@ class EndpointError(RuntimeError):
     """The endpoint is not usable for a trial (not ready, or it refused the admin switch)."""
 
 
-def _bearer(token: str | None) -> dict[str, str]:
+def bearer(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
@@ -29,7 +29,7 @@ async def wait_ready(
     last = "no answer"
     while True:
         try:
-            response = await client.get(url, headers=_bearer(api_key), timeout=10.0)
+            response = await client.get(url, headers=bearer(api_key), timeout=10.0)
             if response.status_code == 200:
                 return [str(m.get("id")) for m in response.json().get("data", [])]
             last = f"HTTP {response.status_code}: {response.text[:200]}"
@@ -60,12 +60,27 @@ async def apply_admin_patch(
     """``PATCH /admin/dlfp`` on our gateway; returns the settings now in force."""
     url = server_root(base_url) + "/admin/dlfp"
     try:
-        response = await client.patch(url, json=patch, headers=_bearer(admin_token), timeout=60.0)
+        response = await client.patch(url, json=patch, headers=bearer(admin_token), timeout=60.0)
     except httpx.HTTPError as exc:
         raise EndpointError(f"PATCH {url}: {type(exc).__name__}: {exc}") from exc
     if response.status_code != 200:
         raise EndpointError(
             f"PATCH {url} {json.dumps(patch)}: HTTP {response.status_code}: {response.text[:300]}"
         )
+    body = response.json()
+    return body if isinstance(body, dict) else {"response": body}
+
+
+async def reset_controller(
+    client: httpx.AsyncClient, base_url: str, admin_token: str | None
+) -> dict[str, Any]:
+    """``POST /admin/dlfp/reset``: every arm's trial starts from the initial cap, unfitted."""
+    url = server_root(base_url) + "/admin/dlfp/reset"
+    try:
+        response = await client.post(url, headers=bearer(admin_token), timeout=60.0)
+    except httpx.HTTPError as exc:
+        raise EndpointError(f"POST {url}: {type(exc).__name__}: {exc}") from exc
+    if response.status_code != 200:
+        raise EndpointError(f"POST {url}: HTTP {response.status_code}: {response.text[:300]}")
     body = response.json()
     return body if isinstance(body, dict) else {"response": body}

@@ -21,10 +21,11 @@ from typing import Any, TextIO
 import httpx
 
 from bench.client import ClientSettings, send_request, server_root
-from bench.endpoint import apply_admin_patch, wait_ready
+from bench.endpoint import apply_admin_patch, reset_controller, wait_ready
 from bench.records import RequestRecord, Trial, trial_path, write_trial
 from bench.scrape import MetricsPoller
 from bench.stats import request_gaps, ttft_s
+from bench.step_poller import StepPoller
 from bench.tokens import TokenCounter
 from bench.workload import RequestSpec, WorkloadConfig, build_workload
 
@@ -118,11 +119,16 @@ async def run_trial(
 ) -> Trial:
     """Wait for the endpoint, switch the arm in (if it has a patch), send the workload."""
     await wait_ready(http, run.client.base_url, run.client.api_key, run.ready_timeout_s)
-    admin_response = None
+    admin_response = reset_response = None
+    steps = StepPoller(http, run.client.base_url, run.admin_token)
     if arm.admin_patch is not None:
         admin_response = await apply_admin_patch(
             http, run.client.base_url, arm.admin_patch, run.admin_token
         )
+        # NOTE: a PATCH that keeps the mode keeps the learned cap and cost model:
+        # reset, so that every arm's trial starts from the same controller state.
+        reset_response = await reset_controller(http, run.client.base_url, run.admin_token)
+        await steps.start()
     salt = f"dlfp-bench-{arm.name}-{seed}-{uuid.uuid4().hex[:12]}" if run.use_cache_salt else None
     settings = replace(run.client, cache_salt=salt)
     label = f"{arm.name} seed {seed}"
@@ -137,12 +143,16 @@ async def run_trial(
         http, server_root(run.client.base_url) + "/metrics", run.metrics_interval_s, t0
     )
     poll_task = asyncio.create_task(poller.run()) if run.metrics_interval_s > 0 else None
+    steps_task = asyncio.create_task(steps.run()) if arm.admin_patch is not None else None
     try:
         records = await _send_all(http, settings, specs, t0, Progress(label, len(specs), t0))
     finally:
         poller.stop()
+        steps.stop()
         if poll_task is not None:
             await poll_task
+        if steps_task is not None:
+            await steps_task
     header = {
         "started_unix_s": started_unix_s,
         "duration_s": time.perf_counter() - t0,
@@ -150,21 +160,31 @@ async def run_trial(
         "client": settings.public(),
         "admin_patch": arm.admin_patch,
         "admin_response": admin_response,
+        "reset_response": reset_response,
         "token_counter": counter_name,
         "metrics_available": poller.is_available,
         "client_host": {"python": platform.python_version(), "machine": platform.machine()},
     }
-    return Trial(arm.name, seed, header, records, poller.samples)
+    return Trial(arm.name, seed, header, records, poller.samples, steps.steps)
+
+
+def rotated(arms: tuple[Arm, ...], by: int) -> tuple[Arm, ...]:
+    shift = by % len(arms) if arms else 0
+    return arms[shift:] + arms[:shift]
 
 
 async def run_all(run: RunConfig, counter: TokenCounter) -> list[Path]:
-    """Every (seed, arm) trial not yet recorded, seed by seed (arms interleaved)."""
+    """Every (seed, arm) trial not yet recorded, seed by seed (arms interleaved).
+
+    The arm order rotates by one per seed, so that no arm always runs first
+    (on a cold machine) or right after the same neighbour.
+    """
     written: list[Path] = []
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     async with httpx.AsyncClient(limits=limits, timeout=run.client.request_timeout_s) as http:
-        for seed in run.seeds:
+        for seed_index, seed in enumerate(run.seeds):
             specs: list[RequestSpec] | None = None
-            for arm in run.arms:
+            for arm in rotated(run.arms, seed_index):
                 path = trial_path(run.results_dir, arm.name, seed)
                 if path.exists() and not run.force:
                     print(f"[{arm.name} seed {seed}] recorded in {path}; skipped", file=sys.stderr)

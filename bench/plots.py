@@ -1,4 +1,5 @@
-"""PNG plots of a results directory: ITL CDF per arm, and the controller's cap over time."""
+"""PNG plots of a results directory: ITL CDF per arm, the controller's cap over time,
+and the step cost model's prediction against the observed busy time."""
 
 from __future__ import annotations
 
@@ -64,6 +65,36 @@ def controller_cap(trials: list[Trial], path: Path) -> Path:
     return _save(fig, path)
 
 
+def cost_model_fit(trials: list[Trial], path: Path) -> Path | None:
+    """Predicted against observed busy time of every step with prefill, from step telemetry."""
+    points = [
+        (s["predicted_busy_ms"], s["busy_ms"], bool(s.get("is_mixed")))
+        for t in trials
+        for s in t.steps
+        if s.get("predicted_busy_ms") is not None
+        and s.get("busy_ms") is not None
+        and s.get("num_prefill_tokens")
+    ]
+    if not points:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 6))
+    for mixed, label in ((True, "mixed steps"), (False, "prefill-only steps")):
+        xs = [p for p, _, m in points if m == mixed]
+        ys = [o for _, o, m in points if m == mixed]
+        if xs:
+            ax.scatter(xs, ys, s=6, alpha=0.5, label=f"{label} (n={len(xs)})")
+    top = max(max(p, o) for p, o, _ in points)
+    ax.plot([0, top], [0, top], color="grey", linewidth=0.8, label="observed = predicted")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("predicted busy time at dispatch (ms, log)")
+    ax.set_ylabel("observed busy time (ms, log)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small")
+    ax.set_title(f"Step cost model: {trials[0].arm}")
+    return _save(fig, path)
+
+
 def _save(fig: plt.Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
@@ -85,4 +116,8 @@ def plot_results(results_dir: Path) -> list[Path]:
     }
     written = [itl_cdf(gaps, out / "itl-cdf.png")]
     written += [controller_cap(ts, out / f"cap-{arm}.png") for arm, ts in trials.items()]
+    for arm, ts in trials.items():
+        fit = cost_model_fit(ts, out / f"cost-model-{arm}.png")
+        if fit is not None:
+            written.append(fit)
     return written

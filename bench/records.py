@@ -83,6 +83,8 @@ class Trial:
     header: dict[str, Any]
     requests: list[RequestRecord]
     samples: list[MetricsSample] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    """The scheduler's per-step telemetry during the trial (``/admin/dlfp/steps``)."""
 
     @property
     def measured(self) -> list[RequestRecord]:
@@ -100,6 +102,7 @@ def write_trial(path: Path, trial: Trial) -> None:
     lines = [json.dumps(header | trial.header)]
     lines += [json.dumps({"type": "request", **asdict(r)}) for r in trial.requests]
     lines += [json.dumps({"type": "metrics", **asdict(s)}) for s in trial.samples]
+    lines += [json.dumps({"type": "step", **s}) for s in trial.steps]
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -121,6 +124,7 @@ def read_trial(path: Path) -> Trial:
     header: dict[str, Any] | None = None
     requests: list[RequestRecord] = []
     samples: list[MetricsSample] = []
+    steps: list[dict[str, Any]] = []
     with path.open(encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -133,13 +137,15 @@ def read_trial(path: Path) -> Trial:
                 requests.append(_request_from(obj))
             elif kind == "metrics":
                 samples.append(MetricsSample(t_s=obj["t_s"], values=obj["values"]))
+            elif kind == "step":
+                steps.append(obj)
             else:
                 raise ValueError(f"{path}:{number}: unknown record type {kind!r}")
     if header is None:
         raise ValueError(f"{path}: no trial header")
     header.pop("format", None)
     arm, seed = str(header.pop("arm")), int(header.pop("seed"))
-    return Trial(arm=arm, seed=seed, header=header, requests=requests, samples=samples)
+    return Trial(arm, seed, header, requests, samples, steps)
 
 
 def find_trials(results_dir: Path) -> dict[str, dict[int, Path]]:

@@ -28,7 +28,7 @@ from starlette.routing import Route
 
 from bench.client import ClientSettings
 from bench.loadgen import Arm, RunConfig, run_all
-from bench.records import find_trials, read_trial
+from bench.records import find_trials, read_trial, trial_path
 from bench.tokens import CharCounter
 from bench.workload import WorkloadConfig
 from gateway.cli import main as gateway_main
@@ -50,6 +50,8 @@ class FakeOpenAIServer:
     requests: list[dict[str, Any]] = field(default_factory=list)
     patches: list[dict[str, Any]] = field(default_factory=list)
     num_scrapes: int = 0
+    num_resets: int = 0
+    num_steps: int = 0
     base_url: str = ""
 
     def app(self) -> Starlette:
@@ -60,6 +62,8 @@ class FakeOpenAIServer:
                 Route("/v1/completions", self.generate, methods=["POST"]),
                 Route("/metrics", self.metrics),
                 Route("/admin/dlfp", self.admin, methods=["PATCH"]),
+                Route("/admin/dlfp/reset", self.reset, methods=["POST"]),
+                Route("/admin/dlfp/steps", self.steps),
             ]
         )
 
@@ -81,6 +85,25 @@ class FakeOpenAIServer:
         patch = await request.json()
         self.patches.append(patch)
         return JSONResponse({"settings": patch, "state": {}})
+
+    async def reset(self, request: Request) -> Response:
+        self.num_resets += 1
+        return JSONResponse({"settings": {}, "state": {"cap_tokens": 256}})
+
+    async def steps(self, request: Request) -> Response:
+        since = int(request.query_params.get("since", 0))
+        self.num_steps += 3  # three new steps per poll, one of them mixed
+        steps = [
+            {
+                "step_index": i,
+                "num_prefill_tokens": 64 * (i % 3),
+                "is_mixed": i % 3 == 1,
+                "busy_ms": 50.0 + i,
+                "predicted_busy_ms": 48.0 + i,
+            }
+            for i in range(since, self.num_steps)
+        ]
+        return JSONResponse({"steps": steps, "next": self.num_steps})
 
     async def generate(self, request: Request) -> Response:
         body = await request.json()
@@ -237,10 +260,17 @@ def test_cli_runs_arms_then_compares(
     assert gateway_main(["bench", *common, *arms, *patch]) == 0
     assert sorted(find_trials(tmp_path)) == ["dlfp-ct", "off", "off-repeat"]
     # Seed by seed, arms interleaved; each arm switched in by its own patch or --admin-patch.
-    assert [p["controller"] for p in fake_server.patches] == ["off", "off", "dlfp-ct"] * 2
+    # The arm order rotates by one per seed, and every trial resets the controller.
+    assert [p["controller"] for p in fake_server.patches] == [
+        *("off", "off", "dlfp-ct"),
+        *("off", "dlfp-ct", "off"),
+    ]
+    assert fake_server.num_resets == 6
+    trial = read_trial(trial_path(tmp_path, "dlfp-ct", 801))
+    assert trial.steps and all(s["predicted_busy_ms"] is not None for s in trial.steps)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["arms"]["off"]["pooled"]["num_ok"] == 6
-    for png in ("itl-cdf.png", "cap-off.png", "cap-dlfp-ct.png"):
+    for png in ("itl-cdf.png", "cap-off.png", "cap-dlfp-ct.png", "cost-model-dlfp-ct.png"):
         assert (tmp_path / "plots" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "ITL p50 ms" in capsys.readouterr().out
 
