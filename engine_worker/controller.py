@@ -198,6 +198,7 @@ class PrefillCapController:
         self._cap_tokens = params.starting_cap()
         self._cap_exact: float | None = self._cap_tokens
         self._applied_cap_tokens = self._cap_tokens
+        self._last_planned = False
         self._allowance = 1.0
         self._cap_generation = 0
         self._last_observation_s: float | None = None
@@ -227,7 +228,7 @@ class PrefillCapController:
         return ControllerState(
             mode=self._params.mode,
             target_ms=self._params.target_ms,
-            cap_tokens=self._applied_cap_tokens if self._is_planning else self._cap_tokens,
+            cap_tokens=self._applied_cap_tokens if self._last_planned else self._cap_tokens,
             last_observation_ms=None if last_ms is None else last_ms * 1000.0,
             num_updates=self._num_updates,
             last_update_unix_s=self._last_update_unix_s,
@@ -249,6 +250,7 @@ class PrefillCapController:
         """
         self._set_cap(self._params.starting_cap(), force_new_generation=True)
         self._applied_cap_tokens = self._cap_tokens
+        self._last_planned = False
         self._allowance = 1.0
         self._model.reset()
         self._last_observation_s = None
@@ -298,7 +300,8 @@ class PrefillCapController:
             cap = self._cap_tokens
             if candidates and self._is_planning:
                 cap, is_planned = self._plan(num_decoding, decode_context_tokens, candidates), True
-            self._applied_cap_tokens = cap
+            if candidates:  # a decode-only step applies no cap worth reporting
+                self._applied_cap_tokens, self._last_planned = cap, is_planned
         self._pending = _Pending(now_s, num_decoding, cap, is_planned)
         return cap
 

@@ -26,6 +26,12 @@ from engine_worker.api import (
     SamplingOptions,
     TokenLogprob,
 )
+from engine_worker.cpu_features import (
+    cpu_model_name,
+    read_cpu_flags,
+    reported_features,
+    resolve_dtype,
+)
 from engine_worker.dlfp_config import Device, DLFPConfig
 
 logger = logging.getLogger("dlfp.engine")
@@ -221,6 +227,7 @@ class VLLMEngine:
             self.spec.model = str(ensure_embedded_model(self.spec.model_cache_dir))
         if self.spec.device == "cpu":
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{self.spec.kv_cache_gib:g}")
+        self._resolve_dtype()
         args = _engine_args(self.spec)
         context = UsageContext.OPENAI_API_SERVER
         vllm_config = args.create_engine_config(usage_context=context)
@@ -245,6 +252,24 @@ class VLLMEngine:
             llm.shutdown()
             raise EngineDeadError("the engine was shut down while starting")
         return llm
+
+    def _resolve_dtype(self) -> None:
+        flags = read_cpu_flags()
+        requested = self.spec.dtype
+        self.spec.dtype = resolve_dtype(requested, self.spec.device, flags)
+        features = reported_features(flags)
+        self.info.extra |= {"dtype": self.spec.dtype, "cpu_features": features}
+        logger.info(
+            "engine configuration",
+            extra={
+                "event": "engine_config",
+                "device": self.spec.device,
+                "dtype_requested": requested,
+                "dtype": self.spec.dtype,
+                "cpu_model": cpu_model_name(),
+                "cpu_features": features,
+            },
+        )
 
     async def shutdown(self) -> None:
         if self._closed:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
+import httpx
 import openai
 import pytest
 
+from engine_worker.cpu_features import has_native_bf16, read_cpu_flags, reported_features
 from tests.conftest import Server, start_server, stop_server
 
 pytestmark = pytest.mark.engine
@@ -30,3 +33,16 @@ def test_capital_of_france(smollm_server: Server) -> None:
         temperature=0,
     )
     assert "Paris" in (reply.choices[0].message.content or "")
+
+
+def test_dtype_follows_this_cpu(smollm_server: Server) -> None:
+    """``--dtype auto`` (the default): bf16 only where this CPU has native bf16."""
+    flags = read_cpu_flags()
+    expected = "bfloat16" if has_native_bf16(flags) else "float32"
+    events = [
+        json.loads(line) for line in smollm_server.log().splitlines() if "engine_config" in line
+    ]
+    assert [e["dtype"] for e in events] == [expected], events
+    state = httpx.get(smollm_server.base_url + "/admin/dlfp", timeout=60).json()["state"]
+    assert state["dtype"] == expected
+    assert state["cpu_features"] == reported_features(flags)

@@ -1,0 +1,60 @@
+"""The CPU's instruction-set features, and the model dtype they call for.
+
+vLLM's CPU backend runs bf16 well only where the CPU has native bf16
+(AVX512_BF16 or AMX): there oneDNN takes the matrix products. Without it vLLM
+logs "Failed to create oneDNN linear, fallback to torch linear" and bf16
+prefill ran about 30 times slower than on an AVX-512 machine, and about 4 times
+slower than float32 on the same CPU (README, "Defaults that travel"). So
+``auto`` means bf16 only on such CPUs and float32 elsewhere; an explicit dtype
+always wins, and on CUDA ``auto`` stays vLLM's choice.
+
+Pure Python: no torch, no vLLM.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+REPORTED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+"""The flags worth reporting beside a figure (``lscpu`` shows them all)."""
+
+
+def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The ``flags`` of the first processor in ``/proc/cpuinfo`` (empty where unreadable)."""
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == "flags":
+            return frozenset(value.split())
+    return frozenset()
+
+
+def cpu_model_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "unknown"
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == "model name":
+            return value.strip()
+    return "unknown"
+
+
+def has_native_bf16(flags: frozenset[str]) -> bool:
+    return bool(flags & NATIVE_BF16_FLAGS)
+
+
+def resolve_dtype(requested: str, device: str, flags: frozenset[str]) -> str:
+    """The dtype to pass to vLLM: ``auto`` on CPU becomes bfloat16 or float32 by capability."""
+    if requested != "auto" or device != "cpu":
+        return requested
+    return "bfloat16" if has_native_bf16(flags) else "float32"
+
+
+def reported_features(flags: frozenset[str]) -> list[str]:
+    return [flag for flag in REPORTED_FLAGS if flag in flags]
