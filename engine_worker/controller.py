@@ -19,6 +19,10 @@ from engine_worker.step_timing import StepRecord, StepTimeline
 
 MODES = ("off", "fixed", "dlfp", "dlfp-ct")
 """Controller modes, spelled as ``ControllerMode`` values."""
+AUTO_TARGET_SLO_FRACTION = 0.6
+"""An ``auto`` target is at least this share of the ITL objective ..."""
+AUTO_TARGET_DECODE_MULTIPLE = 2.0
+"""... and at least this multiple of the measured decode-only step (room for prefill)."""
 MIN_ALLOWANCE = 0.25
 MAX_ALLOWANCE = 2.0
 """Bounds of the feed-forward allowance (a factor on the target the model plans for)."""
@@ -30,7 +34,9 @@ class ControllerSettings(Protocol):
     @property
     def controller(self) -> str: ...
     @property
-    def target_ms(self) -> float: ...
+    def target_ms(self) -> float | str: ...
+    @property
+    def itl_slo_ms(self) -> float: ...
     @property
     def gain(self) -> float: ...
     @property
@@ -52,7 +58,8 @@ class CapParams:
     """Controller parameters, checked on construction (``DLFPConfig`` holds the defaults)."""
 
     mode: str
-    target_ms: float
+    target_ms: float | None
+    """None = ``auto``: derived from ``itl_slo_ms`` and the measured decode-only step."""
     gain: float
     initial_cap_tokens: int
     min_cap_tokens: int
@@ -61,11 +68,14 @@ class CapParams:
     fixed_cap_tokens: int
     feedforward: bool
     """``dlfp-ct`` only: size each mixed step from the online cost model."""
+    itl_slo_ms: float
+    """The ITL objective an ``auto`` target derives from."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if not (self.target_ms > 0 and 0 < self.gain <= 1 and self.step_tokens >= 1):
+        is_target_valid = self.target_ms is None or self.target_ms > 0
+        if not (is_target_valid and 0 < self.gain <= 1 and self.step_tokens >= 1):
             raise ValueError("need target_ms > 0, 0 < gain <= 1 and step_tokens >= 1")
         caps = (self.min_cap_tokens, self.initial_cap_tokens, self.fixed_cap_tokens)
         if not (1 <= self.min_cap_tokens <= min(caps[1:]) <= max(caps[1:]) <= self.max_cap_tokens):
@@ -77,7 +87,7 @@ class CapParams:
     def from_config(cls, config: ControllerSettings) -> CapParams:
         return cls(
             mode=str(config.controller),
-            target_ms=config.target_ms,
+            target_ms=None if config.target_ms == "auto" else float(config.target_ms),
             gain=config.gain,
             initial_cap_tokens=config.initial_cap_tokens,
             min_cap_tokens=config.min_cap_tokens,
@@ -85,6 +95,7 @@ class CapParams:
             step_tokens=config.step_tokens,
             fixed_cap_tokens=config.fixed_cap_tokens,
             feedforward=config.feedforward,
+            itl_slo_ms=config.itl_slo_ms,
         )
 
     def clamp(self, tokens: float) -> int:
@@ -111,6 +122,9 @@ class ControllerState:
 
     mode: str
     target_ms: float
+    """The target in force, ms (resolved at the latest step when ``auto``)."""
+    target_source: str
+    """``auto`` (derived from the ITL objective and the decode step) or ``set``."""
     cap_tokens: int | None
     """The feedback cap in force, or under feed-forward the cap of the latest capped step;
     None when the mode is ``off``."""
@@ -200,6 +214,7 @@ class PrefillCapController:
         self._applied_cap_tokens = self._cap_tokens
         self._last_planned = False
         self._allowance = 1.0
+        self._target_s = self._resolve_target_s(0, 0)
         self._cap_generation = 0
         self._last_observation_s: float | None = None
         self._num_updates = 0
@@ -227,7 +242,8 @@ class PrefillCapController:
         coef = self._model.coefficients
         return ControllerState(
             mode=self._params.mode,
-            target_ms=self._params.target_ms,
+            target_ms=self._target_s * 1000.0,
+            target_source="set" if self._params.target_ms is not None else "auto",
             cap_tokens=self._applied_cap_tokens if self._last_planned else self._cap_tokens,
             last_observation_ms=None if last_ms is None else last_ms * 1000.0,
             num_updates=self._num_updates,
@@ -276,6 +292,7 @@ class PrefillCapController:
         elif self._cap_tokens is not None:
             self._set_cap(params.clamp(self._cap_tokens))
         self._applied_cap_tokens = self._cap_tokens
+        self._target_s = self._resolve_target_s(0, 0)
 
     def on_schedule(
         self,
@@ -296,13 +313,14 @@ class PrefillCapController:
         if previous is not None and self._params.mode == "dlfp":
             self._observe(previous, previous.interval_s)
         cap, is_planned = None, False
+        self._target_s = self._resolve_target_s(num_decoding, decode_context_tokens)
         if num_decoding > 0:
             cap = self._cap_tokens
             if candidates and self._is_planning:
                 cap, is_planned = self._plan(num_decoding, decode_context_tokens, candidates), True
             if candidates:  # a decode-only step applies no cap worth reporting
                 self._applied_cap_tokens, self._last_planned = cap, is_planned
-        self._pending = _Pending(now_s, num_decoding, cap, is_planned)
+        self._pending = _Pending(now_s, num_decoding, cap, is_planned, self._target_s)
         return cap
 
     def on_scheduled(
@@ -315,7 +333,7 @@ class PrefillCapController:
     ) -> StepRecord:
         """After ``schedule()``: what the step holds; it is dispatched now."""
         now_s = self._now(now_s)
-        pending = self._pending or _Pending(now_s, 0, None, False)
+        pending = self._pending or _Pending(now_s, 0, None, False, self._target_s)
         self._pending = None
         if shape is None:
             shape = StepShape(num_decode_tokens, 0, num_prefill_tokens, 0.0)
@@ -332,6 +350,7 @@ class PrefillCapController:
             shape=shape,
             predicted_s=self._model.predict_s(shape),
             is_planned=pending.is_planned,
+            target_s=pending.target_s,
         )
         self._num_mixed_steps += record.is_mixed
         self._num_decode_free_steps += pending.num_decoding == 0
@@ -349,6 +368,17 @@ class PrefillCapController:
             self._observe(record, record.busy_s)
         return record
 
+    def _resolve_target_s(self, num_decoding: int, decode_context_tokens: int) -> float:
+        """The target for a step with these decodes: the set one, or the ``auto`` rule."""
+        p = self._params
+        if p.target_ms is not None:
+            return p.target_ms / 1000.0
+        target_s = AUTO_TARGET_SLO_FRACTION * p.itl_slo_ms / 1000.0
+        decode_s = self._model.predict_s(StepShape(num_decoding, decode_context_tokens))
+        if decode_s is not None and num_decoding > 0:
+            target_s = max(target_s, AUTO_TARGET_DECODE_MULTIPLE * decode_s)
+        return target_s
+
     @property
     def _is_planning(self) -> bool:
         return self._params.uses_cost_model and self._model.is_ready
@@ -357,7 +387,7 @@ class PrefillCapController:
         self, num_decoding: int, decode_context_tokens: int, candidates: Sequence[tuple[int, int]]
     ) -> int:
         p = self._params
-        budget_s = self._allowance * p.target_ms / 1000.0
+        budget_s = self._allowance * self._target_s
         best = p.min_cap_tokens
         for cap in range(p.min_cap_tokens, p.max_cap_tokens + 1, p.step_tokens):
             num_prefill, attention = plan_prefill(candidates, cap)
@@ -380,7 +410,7 @@ class PrefillCapController:
             self._num_stale_observations += 1
             return
         p = self._params
-        target_s = p.target_ms / 1000.0
+        target_s = record.target_s
         if record.num_prefill_tokens < record.cap_tokens and observed_s <= target_s:
             # The cap did not limit this step (the prompt's last chunk, say): a
             # fast step says nothing about it, while a slow one still does.
@@ -424,3 +454,4 @@ class _Pending:
     num_decoding: int
     cap_tokens: int | None
     is_planned: bool
+    target_s: float

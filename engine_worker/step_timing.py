@@ -60,6 +60,8 @@ class StepRecord:
     """The cost model's busy time for ``shape`` at dispatch (None before it is ready)."""
     is_planned: bool = False
     """Whether the cap came from the cost model (feed-forward) rather than the feedback cap."""
+    target_s: float = 0.0
+    """The controller's target when the step was scheduled (``auto`` resolves per step)."""
 
     @property
     def is_mixed(self) -> bool:
@@ -99,6 +101,7 @@ class StepRecord:
             "prefill_context_tokens": round(context),
             "decode_context_tokens": shape.decode_context_tokens,
             "is_planned": self.is_planned,
+            "target_ms": _to_ms(self.target_s),
             "done_unix_s": self.done_unix_s,
             "is_feedback": self.is_feedback,
         }

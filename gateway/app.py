@@ -52,7 +52,8 @@ def create_app(
         starter = asyncio.create_task(_start_engine(state))
         poller = asyncio.create_task(poll_controller(state))
         app.state.engine_starter = starter
-        state.metrics.controller_target.set(state.dlfp.target_ms / 1000)
+        if state.dlfp.target_ms != "auto":  # else the poller reads the target in force
+            state.metrics.controller_target.set(state.dlfp.target_ms / 1000)
         try:
             yield
         finally:

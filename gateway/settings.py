@@ -8,7 +8,7 @@ fields left unset take the per-device defaults of ``DLFPConfig.defaults_for``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -65,8 +65,8 @@ class Settings(BaseSettings):
     # --- DLFP controller (unset = per-device default) ---
     controller: ControllerMode | None = None
     """Prefill-cap controller: off, fixed, dlfp or dlfp-ct (default dlfp-ct)."""
-    target_ms: float | None = Field(default=None, gt=0)
-    """Target duration of a mixed prefill+decode iteration, ms."""
+    target_ms: Annotated[float, Field(gt=0, le=60_000)] | Literal["auto"] | None = None
+    """Target duration of a mixed prefill+decode iteration, ms, or auto (the default)."""
     gain: float | None = Field(default=None, gt=0, le=1)
     """Controller gain, 0 < gain <= 1."""
     initial_cap_tokens: int | None = Field(default=None, ge=1)

@@ -34,4 +34,4 @@ async def poll_controller(state: GatewayState, interval_s: float = 0.5) -> None:
         m = state.metrics
         m.controller_cap.set(float(live.get("cap_tokens") or 0))
         m.controller_observation.set(_seconds(live.get("last_observation_ms")))
-        m.controller_target.set(state.dlfp.target_ms / 1000)
+        m.controller_target.set(_seconds(live.get("target_ms")))

@@ -122,7 +122,9 @@ class FakeEngine:
         self.running.discard(request_id)
 
     async def get_dlfp_state(self) -> dict[str, Any]:
-        return {"cap_tokens": self.dlfp_config.initial_cap_tokens, "num_updates": 0}
+        config = self.dlfp_config
+        target_ms = 0.6 * config.itl_slo_ms if config.target_ms == "auto" else config.target_ms
+        return {"cap_tokens": config.initial_cap_tokens, "num_updates": 0, "target_ms": target_ms}
 
     async def apply_dlfp_config(self, config: DLFPConfig) -> dict[str, Any]:
         self.dlfp_config = config

@@ -36,6 +36,7 @@ PARAMS = CapParams(
     step_tokens=128,
     fixed_cap_tokens=2048,
     feedforward=False,
+    itl_slo_ms=500.0,
 )
 HORIZON_S = 120.0
 NUM_DECODING = 4

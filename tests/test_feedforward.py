@@ -11,7 +11,7 @@ one after another while the number of decoding streams wanders between 1 and
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -41,27 +41,37 @@ class ContextPlant:
         return exact * (1 + rng.uniform(-self.noise, self.noise))
 
 
-def params(feedforward: bool) -> CapParams:
+def params(
+    feedforward: bool, target_ms: float | None = TARGET_MS, step_tokens: int = 32
+) -> CapParams:
     return CapParams(
         mode="dlfp-ct",
-        target_ms=TARGET_MS,
+        target_ms=target_ms,
         gain=0.5,
-        initial_cap_tokens=256,
-        min_cap_tokens=32,
+        initial_cap_tokens=8 * step_tokens,
+        min_cap_tokens=step_tokens,
         max_cap_tokens=1024,
-        step_tokens=32,
-        fixed_cap_tokens=128,
+        step_tokens=step_tokens,
+        fixed_cap_tokens=4 * step_tokens,
         feedforward=feedforward,
+        itl_slo_ms=500.0,
     )
 
 
-def run(feedforward: bool, seed: int = 3, num_prompts: int = 40) -> list[tuple[int, int, float]]:
+def run(
+    feedforward: bool,
+    seed: int = 3,
+    num_prompts: int = 40,
+    plant: ContextPlant | None = None,
+    controller_params: CapParams | None = None,
+    targets_ms: list[float] | None = None,
+) -> list[tuple[int, int, float]]:
     """Serve long prompts one after another; returns (cap, prefill, busy_ms) per mixed step."""
     rng = random.Random(seed)
-    plant = ContextPlant()
+    plant = plant or ContextPlant()
     now = [0.0]
     controller = PrefillCapController(
-        params(feedforward), clock=lambda: now[0], wall_clock=lambda: now[0]
+        controller_params or params(feedforward), clock=lambda: now[0], wall_clock=lambda: now[0]
     )
     steps = []
     streams = [128]  # tokens left per decoding stream; one never-ending background stream
@@ -80,6 +90,8 @@ def run(feedforward: bool, seed: int = 3, num_prompts: int = 40) -> list[tuple[i
             now[0] += busy_s
             controller.on_step_done()
             steps.append((cap, num_prefill, busy_s * 1000))
+            if targets_ms is not None:
+                targets_ms.append(controller.state.target_ms)
             computed += num_prefill
         streams.append(128)  # the prompt now decodes 128 tokens
     return steps
@@ -107,6 +119,32 @@ def test_new_prompt_starts_at_the_cap_predicted_for_its_context() -> None:
     # sized for its own (empty) context: larger than the last chunk before it.
     first_chunks = [i for i in range(1, len(steps)) if steps[i][0] > steps[i - 1][0] + 64]
     assert len(first_chunks) >= 5
+
+
+# The AVX2-only CPU in float32 (README, "Defaults that travel"): a decode-only step of
+# 100-130 ms and about 136 prefill tokens a second.
+SLOW_CPU = ContextPlant(base_s=0.095, decode_s=0.002, prefill_s_per_token=0.0073)
+
+
+@pytest.mark.parametrize(("itl_slo_ms", "step_tokens"), [(500.0, 8), (300.0, 4)])
+def test_auto_target_fits_the_slow_machine(itl_slo_ms: float, step_tokens: int) -> None:
+    # NOTE: one quantum must cost well under 15% of the target: 8 tokens take
+    # 58 ms here, fine for the default 300 ms target, too coarse for 195 ms.
+    auto = replace(params(True, None, step_tokens), itl_slo_ms=itl_slo_ms)
+    targets: list[float] = []
+    steps = run(True, plant=SLOW_CPU, controller_params=auto, targets_ms=targets)
+    full = [
+        (busy, target)
+        for (cap, prefill, busy), target in list(zip(steps, targets, strict=True))[20:]
+        if prefill == cap
+    ]
+    decode_only_ms = 1000 * SLOW_CPU.busy_s(StepShape(4), random.Random(0))
+    for _, target in full:
+        # Never under 0.6 x the objective, never without room beside the decodes.
+        assert target >= 0.6 * itl_slo_ms - 1e-6
+        assert target >= 1.5 * decode_only_ms
+    on_target = sum(abs(busy - target) <= 0.15 * target for busy, target in full) / len(full)
+    assert on_target >= 0.8, on_target
 
 
 def test_cost_model_recovers_the_plant() -> None:

@@ -30,6 +30,8 @@ STATE_KEYS = (
     "last_update_unix_s",
     "num_mixed_steps",
     "num_decode_free_steps",
+    "target_ms",
+    "target_source",
     "feedforward",
     "cost_model_ready",
     "allowance",
@@ -80,7 +82,7 @@ async def _apply(
         if getattr(new, key) != value
     }
     gateway.metrics.admin_changes.inc()
-    gateway.metrics.controller_target.set(new.target_ms / 1000)
+    gateway.metrics.controller_target.set(float(state.get("target_ms") or 0.0) / 1000)
     logger.info(
         "dlfp settings changed",
         extra={
