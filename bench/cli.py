@@ -61,6 +61,7 @@ def run_handler(args: argparse.Namespace) -> int:
             ready_timeout_s=args.ready_timeout_s,
             use_cache_salt=not args.no_cache_salt,
             force=args.force,
+            calibrate_fraction=args.calibrate,
         )
         asyncio.run(run_all(run, load_counter(args.tokenizer)))
     except (EndpointError, ValueError) as exc:

@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 import httpx
 
+from bench.calibrate import calibrated_workload, write_host
 from bench.client import ClientSettings, send_request, server_root
 from bench.endpoint import apply_admin_patch, reset_controller, wait_ready
 from bench.records import RequestRecord, Trial, trial_path, write_trial
@@ -52,6 +53,8 @@ class RunConfig:
     use_cache_salt: bool = True
     force: bool = False
     """Rerun trials that are already recorded."""
+    calibrate_fraction: float | None = None
+    """Scale the long prompts to this share of the measured prefill throughput."""
 
 
 class Progress:
@@ -182,6 +185,13 @@ async def run_all(run: RunConfig, counter: TokenCounter) -> list[Path]:
     written: list[Path] = []
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     async with httpx.AsyncClient(limits=limits, timeout=run.client.request_timeout_s) as http:
+        await wait_ready(http, run.client.base_url, run.client.api_key, run.ready_timeout_s)
+        await write_host(http, run.client.base_url, run.admin_token, run.results_dir)
+        if run.calibrate_fraction is not None:
+            workload = await calibrated_workload(
+                http, run.client, run.workload, run.calibrate_fraction, run.results_dir, counter
+            )
+            run = replace(run, workload=workload)
         for seed_index, seed in enumerate(run.seeds):
             specs: list[RequestSpec] | None = None
             for arm in rotated(run.arms, seed_index):

@@ -140,6 +140,13 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         help="poll GET /metrics this often during a trial; 0 = never",
     )
     p.add_argument("--force", action="store_true", help="rerun trials already recorded")
+    p.add_argument(
+        "--calibrate",
+        type=float,
+        metavar="FRACTION",
+        help="before the first arm, measure a long prompt's prefill alone and shrink the long "
+        "prompts so that the offered prefill load is FRACTION of it (calibration.json; reused)",
+    )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     add_results_option(p)
     add_slo_options(p)

@@ -1,27 +1,23 @@
 #!/usr/bin/env bash
-# The TTFT issue's measurement: `off` against the default `dlfp-ct` (SRPF order and the
-# feed-forward cap), seeds 801-803 paired, arm order rotated per seed, the controller reset
-# before every trial. The protocol is sized by hand for the CPU it runs on (see README,
-# "Results"): LONG_MIN..LONG_MAX-token long prompts, half of the requests, at RATE req/s.
-# Resumable: a rerun skips the trials already recorded in $OUT.
-#   bench/run_ttft_results.sh     # OUT=bench/results/cpu-ttft RATE=0.15 LONG_MIN=300 LONG_MAX=900
+# The TTFT issue's measurement on the calibrated CPU protocol: `off`, the default `dlfp-ct`
+# (SRPF order, feed-forward cap, auto target), and `dlfp-ct` as it was before (FCFS order,
+# feedback only, 300 ms, cap quantum 32), seeds 801-803 paired, arm order rotated per
+# seed, the controller reset before every trial. The long prompts (and, if needed, the
+# rate) are scaled to LOAD of this machine's measured prefill throughput first
+# (calibration.json). Resumable: a rerun skips the trials already recorded in $OUT.
+#   bench/run_ttft_results.sh        # OUT=bench/results/cpu-ttft LOAD=0.45 NREQ=30
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 OUT=${OUT:-bench/results/cpu-ttft}
 SEEDS=${SEEDS:-801,802,803}
 NREQ=${NREQ:-30}
-RATE=${RATE:-0.15}
-LONG_MIN=${LONG_MIN:-300}
-LONG_MAX=${LONG_MAX:-900}
+LOAD=${LOAD:-0.45}
 PORT=${PORT:-8100}
 TOKEN=bench-admin-token
 mkdir -p "$OUT/logs"
 lscpu > "$OUT/logs/lscpu.txt"
 TOK=$($PY -c "from engine_worker.embedded_model import ensure_embedded_model as e; print(e())")
-BENCH=($PY -m gateway bench --base-url "http://127.0.0.1:$PORT" --protocol cpu
-       --num-requests "$NREQ" --rate "$RATE" --long-min-tokens "$LONG_MIN"
-       --long-max-tokens "$LONG_MAX" --tokenizer "$TOK" --admin-token "$TOKEN" --results "$OUT")
 
 DLFP_ADMIN_TOKEN=$TOKEN $PY -m gateway serve --port "$PORT" > "$OUT/logs/gateway.log" 2>&1 &
 PID=$!
@@ -31,10 +27,13 @@ for _ in $(seq 600); do
     kill -0 "$PID" 2> /dev/null || { tail -30 "$OUT/logs/gateway.log"; exit 1; }
     sleep 1
 done
-curl -sf -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$PORT/admin/dlfp" > "$OUT/logs/admin-dlfp-start.json"
-"${BENCH[@]}" --seeds "$SEEDS" \
+$PY -m gateway bench --base-url "http://127.0.0.1:$PORT" --protocol cpu --num-requests "$NREQ" \
+    --calibrate "$LOAD" --tokenizer "$TOK" --admin-token "$TOKEN" --results "$OUT" \
+    --seeds "$SEEDS" \
     --arm 'off={"controller":"off"}' \
     --arm 'dlfp-ct={"controller":"dlfp-ct"}' \
-    ${EXTRA_ARMS:-}
-$PY -m gateway bench compare --results "$OUT" --baseline off --candidate dlfp-ct
+    --arm 'dlfp-ct-before={"controller":"dlfp-ct","prefill_order":"fcfs","feedforward":false,"target_ms":300,"min_cap_tokens":32,"step_tokens":32}'
+for arm in dlfp-ct dlfp-ct-before; do
+    $PY -m gateway bench compare --results "$OUT" --baseline off --candidate "$arm"
+done
 $PY -m gateway bench summary --results "$OUT" --plots

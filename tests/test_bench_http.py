@@ -256,8 +256,12 @@ def test_cli_runs_arms_then_compares(
     ]
     off = '{"controller":"off"}'
     arms = ["--arm", f"off={off}", "--arm", f"off-repeat={off}", "--arm", "dlfp-ct"]
-    patch = ["--admin-patch", '{"controller":"dlfp-ct"}']
+    patch = ["--admin-patch", '{"controller":"dlfp-ct"}', "--calibrate", "0.5"]
     assert gateway_main(["bench", *common, *arms, *patch]) == 0
+    # The fake endpoint prefills instantly: calibrated, but nothing to shrink.
+    calibration = json.loads((tmp_path / "calibration.json").read_text())
+    assert calibration["scale"] == 1.0 and len(calibration["probe_ttft_s"]) == 3
+    assert json.loads((tmp_path / "host.json").read_text())["cpu_model"]
     assert sorted(find_trials(tmp_path)) == ["dlfp-ct", "off", "off-repeat"]
     # Seed by seed, arms interleaved; each arm switched in by its own patch or --admin-patch.
     # The arm order rotates by one per seed, and every trial resets the controller.

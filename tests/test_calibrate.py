@@ -1,0 +1,53 @@
+"""The CPU protocol sized to the machine: the arithmetic, and a run against a fake endpoint."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.calibrate import offered_prefill_tokens_per_s, scaled
+from bench.workload import WorkloadConfig
+
+CPU_PROTOCOL = WorkloadConfig(num_requests=30, num_warmup=2, rate_rps=0.2)
+
+
+def test_offered_load_of_the_protocol_as_written() -> None:
+    # 0.2 request/s x (half 2,000-token, half 70-token prompts).
+    assert offered_prefill_tokens_per_s(CPU_PROTOCOL) == pytest.approx(207.0)
+
+
+@pytest.mark.parametrize(
+    ("tokens_per_s", "long_max", "rate"),
+    # AVX2 float32 (~136 tokens/s), AVX2 bf16 (~33), a machine faster than the protocol.
+    [(136.0, 813, 0.2), (33.0, 450, 0.0803), (2000.0, 3000, 0.2)],
+)
+def test_long_prompts_then_the_rate_shrink_to_the_measured_throughput(
+    tokens_per_s: float, long_max: int, rate: float
+) -> None:
+    calibration = scaled(CPU_PROTOCOL, 0.45, tokens_per_s)
+    assert (calibration.long_max_tokens, calibration.rate_rps) == (long_max, rate)
+    workload = WorkloadConfig(
+        30,
+        2,
+        calibration.rate_rps,
+        long_min_tokens=calibration.long_min_tokens,
+        long_max_tokens=calibration.long_max_tokens,
+    )
+    offered = offered_prefill_tokens_per_s(workload)
+    if calibration.scale < 1.0:
+        assert offered == pytest.approx(0.45 * tokens_per_s, rel=0.01)
+    else:  # never grown past the protocol as written
+        assert offered == offered_prefill_tokens_per_s(CPU_PROTOCOL)
+
+
+def test_calibration_file_round_trips(tmp_path: Path) -> None:
+    from dataclasses import asdict
+
+    from bench.calibrate import Calibration
+
+    calibration = scaled(CPU_PROTOCOL, 0.45, 136.0)
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(asdict(calibration)))
+    assert Calibration(**json.loads(path.read_text())) == calibration
