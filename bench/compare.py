@@ -21,7 +21,7 @@ from typing import Any
 
 from bench.records import Trial, load_arm
 from bench.report import fmt, format_table
-from bench.stats import SLO, Summary, summarize
+from bench.stats import KINDS, SLO, Summary, summarize
 
 # Two-sided 95%: the 0.975 quantile of Student's t for 1..30 degrees of freedom.
 T_975 = (
@@ -59,7 +59,9 @@ T_975 = (
 Z_975 = 1.959964
 
 LATENCIES = tuple(f"{m}_p{q}_ms" for m in ("itl", "ttft", "e2e") for q in (50, 90, 99))
-RELATIVE = (*LATENCIES, "output_tps", "request_tps", "goodput_rps")
+BY_KIND = tuple(f"ttft_{kind}_{stat}_ms" for kind in KINDS for stat in ("p50", "p99", "mean"))
+"""TTFT by prompt kind (short chat, long agent-like prompts)."""
+RELATIVE = (*LATENCIES, *BY_KIND, "output_tps", "request_tps", "goodput_rps")
 ABSOLUTE = ("slo_attainment", "num_failed")
 
 

@@ -27,6 +27,10 @@ from bench.records import RequestRecord, Trial
 from bench.scrape import CAP, PREFIX_HITS, PREFIX_QUERIES
 
 PERCENTILES = (50, 90, 99)
+ON_TARGET = 0.15
+"""A mixed step is on target when its busy time is within 15% of the target."""
+KINDS = ("short", "long")
+"""Prompt kinds the workload sends; TTFT is also summarised per kind."""
 Summary = dict[str, float | int | None]
 
 
@@ -102,6 +106,13 @@ def _latencies(ok: Sequence[RequestRecord], summary: Summary) -> None:
             summary[f"{name}_p{q}_ms"] = _ms(percentile(values, q))
         summary[f"{name}_mean_ms"] = _ms(sum(values) / len(values)) if values else None
     summary["num_itl_gaps"] = len(gaps)
+    for kind in KINDS:
+        kind_ttfts = [t for r in ok if r.kind == kind and (t := ttft_s(r)) is not None]
+        for q in (50, 99):
+            summary[f"ttft_{kind}_p{q}_ms"] = _ms(percentile(kind_ttfts, q))
+        summary[f"ttft_{kind}_mean_ms"] = (
+            _ms(sum(kind_ttfts) / len(kind_ttfts)) if kind_ttfts else None
+        )
 
 
 def _server_side(trials: Sequence[Trial], summary: Summary) -> None:
@@ -111,6 +122,34 @@ def _server_side(trials: Sequence[Trial], summary: Summary) -> None:
     summary["prefix_cache_hit_rate"] = sum(hits) / sum(queries) if hits and sum(queries) else None
     caps = [s.values[CAP] for t in trials for s in t.samples if CAP in s.values]
     summary["cap_mean_tokens"] = sum(caps) / len(caps) if caps else None
+
+
+def _controller_steps(trials: Sequence[Trial], summary: Summary) -> None:
+    """How well mixed steps that filled their cap hit the target (step telemetry).
+
+    A step filled its cap when its prefill tokens reached the cap it was
+    scheduled under: the controller's choice limited it. Each step carries the
+    target in force when it was scheduled.
+    """
+    full = [
+        (s["busy_ms"], s["target_ms"])
+        for t in trials
+        for s in t.steps
+        if s.get("is_mixed")
+        and s.get("busy_ms") is not None
+        and s.get("target_ms")
+        and s.get("cap_tokens")
+        and s["num_prefill_tokens"] >= s["cap_tokens"]
+    ]
+    summary["num_full_cap_steps"] = len(full)
+    summary["full_cap_on_target"] = (
+        sum(abs(busy - target) <= ON_TARGET * target for busy, target in full) / len(full)
+        if full
+        else None
+    )
+    summary["full_cap_over_target"] = (
+        sum(busy > (1 + ON_TARGET) * target for busy, target in full) / len(full) if full else None
+    )
 
 
 def summarize(trials: Sequence[Trial], slo: SLO) -> Summary:
@@ -137,4 +176,5 @@ def summarize(trials: Sequence[Trial], slo: SLO) -> Summary:
         "goodput_rps": num_slo_met / window_s if window_s > 0 else None,
     }
     _server_side(trials, summary)
+    _controller_steps(trials, summary)
     return summary
