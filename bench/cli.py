@@ -74,6 +74,45 @@ def run_handler(args: argparse.Namespace) -> int:
     return 0
 
 
+def sweep_handler(args: argparse.Namespace) -> int:
+    from bench.endpoint import EndpointError
+    from bench.loadgen import RunConfig
+    from bench.plots import sweep_plots
+    from bench.sweep import format_sweep, parse_rates, run_sweep, sweep_summary
+    from bench.tokens import load_counter
+
+    try:
+        rates = parse_rates(args.rates)
+        if args.base_url:
+            run = RunConfig(
+                results_dir=args.results,
+                arms=arms_from(args),
+                seeds=args.seeds,
+                workload=workload_from(args),
+                client=client_from(args, asyncio.run(resolve_model(args))),
+                admin_token=args.admin_token,
+                metrics_interval_s=args.metrics_interval_s,
+                ready_timeout_s=args.ready_timeout_s,
+                use_cache_salt=not args.no_cache_salt,
+                force=args.force,
+                calibrate_fraction=args.calibrate,
+            )
+            asyncio.run(run_sweep(run, rates, load_counter(args.tokenizer)))
+    except (EndpointError, ValueError) as exc:
+        print(f"bench sweep: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(
+            "bench sweep: interrupted; finished trials are kept, rerun to resume", file=sys.stderr
+        )
+        return 130
+    summary = sweep_summary(args.results, slo_from(args))
+    print(format_sweep(summary))
+    for path in sweep_plots(summary, args.results):
+        print(f"plot: {path}")
+    return 0
+
+
 def summary_handler(args: argparse.Namespace) -> int:
     report(args.results, slo_from(args), plots=args.plots)
     return 0
@@ -122,8 +161,18 @@ def add_bench_parser(commands: Any) -> None:
         dest="bench_command",
         required=False,
         title="sub-commands (none: run trials)",
-        metavar="{compare,summary,plot,crosscheck,vllm-server}",
+        metavar="{compare,summary,plot,sweep,crosscheck,vllm-server}",
     )
+    sweep = sub.add_parser(
+        "sweep",
+        help="capacity under SLO: the protocol at several rates per arm",
+        description="Run every arm at each rate (results in rate-<r>/), then report goodput, "
+        "TTFT and ITL per rate and the capacity (highest rate with goodput >= 90%%) per arm. "
+        "Without --base-url, only re-analyses what is recorded.",
+    )
+    add_run_options(sweep)
+    sweep.add_argument("--rates", required=True, help="Poisson rates, req/s: R1,R2,...")
+    sweep.set_defaults(handler=sweep_handler)
     compare = sub.add_parser("compare", help="paired comparison of two arms over their seeds")
     add_results_option(compare)
     compare.add_argument("--baseline", required=True, help="arm to compare against (e.g. off)")

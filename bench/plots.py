@@ -4,6 +4,7 @@ and the step cost model's prediction against the observed busy time."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -93,6 +94,38 @@ def cost_model_fit(trials: list[Trial], path: Path) -> Path | None:
     ax.legend(fontsize="small")
     ax.set_title(f"Step cost model: {trials[0].arm}")
     return _save(fig, path)
+
+
+def sweep_plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
+    """``goodput-vs-rate.png`` and ``latency-vs-rate.png`` (P99 ITL and P99 TTFT) per arm."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for arm, entry in summary["arms"].items():
+        rates = sorted(entry["rates"], key=float)
+        goodput = [100 * (entry["rates"][r]["slo_attainment"] or 0.0) for r in rates]
+        cap = entry["capacity_rps"]
+        label = f"{arm} (capacity {'n/a' if cap is None else f'{cap:.3f}'})"
+        ax.plot([float(r) for r in rates], goodput, marker="o", label=label)
+    ax.axhline(90, color="grey", linewidth=0.8, linestyle=":")
+    ax.set_xlabel("offered load (request/s, Poisson)")
+    ax.set_ylabel("goodput (% of requests within both SLOs)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    ax.set_title("Goodput against load")
+    written = [_save(fig, out_dir / "goodput-vs-rate.png")]
+    fig, (itl, ttft) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for arm, entry in summary["arms"].items():
+        rates = sorted(entry["rates"], key=float)
+        xs = [float(r) for r in rates]
+        itl.plot(xs, [entry["rates"][r]["itl_p99_ms"] for r in rates], marker="o", label=arm)
+        ttft.plot(xs, [(entry["rates"][r]["ttft_p99_ms"] or 0) / 1000 for r in rates], marker="o")
+    itl.set_ylabel("P99 ITL (ms)")
+    ttft.set_ylabel("P99 TTFT (s)")
+    for ax in (itl, ttft):
+        ax.set_xlabel("offered load (request/s)")
+        ax.grid(True, alpha=0.3)
+    itl.legend(fontsize="small")
+    written.append(_save(fig, out_dir / "latency-vs-rate.png"))
+    return written
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:

@@ -323,3 +323,53 @@ def test_wrong_model_is_a_failed_request(fake_server: FakeOpenAIServer, tmp_path
     trial = read_trial(tmp_path / "default" / "seed-1.jsonl")
     assert [r.http_status for r in trial.requests] == [404, 404]
     assert all(r.status == "failed" and "HTTP 404" in (r.error or "") for r in trial.requests)
+
+
+def test_sweep_runs_each_rate_and_reports_capacity(
+    fake_server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [
+        "bench",
+        "sweep",
+        "--rates",
+        "40,20",
+        "--base-url",
+        fake_server.base_url,
+        "--seeds",
+        "1",
+        "--num-requests",
+        "4",
+        "--warmup",
+        "0",
+        "--max-tokens",
+        "3",
+        "--long-min-tokens",
+        "40",
+        "--long-max-tokens",
+        "80",
+        "--admin-token",
+        ADMIN_TOKEN,
+        "--arm",
+        'off={"controller":"off"}',
+        "--arm",
+        'dlfp-ct={"controller":"dlfp-ct"}',
+        "--results",
+        str(tmp_path),
+        "--metrics-interval-s",
+        "0",
+    ]
+    assert gateway_main(args) == 0
+    assert sorted(p.name for p in tmp_path.glob("rate-*")) == ["rate-20", "rate-40"]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    for arm in ("off", "dlfp-ct"):
+        entry = summary["arms"][arm]
+        assert sorted(entry["rates"]) == ["20", "40"]
+        # The fake endpoint meets every SLO: capacity is only bounded below.
+        assert (entry["capacity_rps"], entry["capacity_bound"]) == (40.0, "at_least")
+    for png in ("goodput-vs-rate.png", "latency-vs-rate.png"):
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "capacity 40.000 request/s (at_least)" in capsys.readouterr().out
+    # A rerun resumes: every trial is recorded, nothing is sent again.
+    num_sent = len(fake_server.requests)
+    assert gateway_main(args) == 0
+    assert len(fake_server.requests) == num_sent

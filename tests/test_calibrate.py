@@ -51,3 +51,14 @@ def test_calibration_file_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "calibration.json"
     path.write_text(json.dumps(asdict(calibration)))
     assert Calibration(**json.loads(path.read_text())) == calibration
+
+
+def test_capacity_interpolates_at_ninety_percent() -> None:
+    from bench.sweep import capacity
+
+    assert capacity([(0.1, 1.0), (0.2, 0.95), (0.3, 0.75)]) == {
+        "capacity_rps": pytest.approx(0.225),
+        "capacity_bound": "interpolated",
+    }
+    assert capacity([(0.1, 1.0), (0.2, 0.92)])["capacity_bound"] == "at_least"
+    assert capacity([(0.1, 0.5)]) == {"capacity_rps": None, "capacity_bound": "below_lowest_rate"}

@@ -1,0 +1,129 @@
+"""``bench sweep``: capacity under SLO, the protocol run at several Poisson rates per arm.
+
+Each rate is an ordinary results folder (``rate-<r>/``), so a sweep resumes as
+``bench`` does and ``bench compare`` works within one rate. Per arm and rate
+the summary gives goodput (the share of measured requests with TTFT within
+``ttft_slo_ms`` and every gap within ``itl_slo_ms``), P50 and P99 TTFT overall
+and by prompt kind, and P99 ITL, pooled over the seeds. Per arm, the capacity
+is the highest rate with goodput >= 90%, interpolated linearly between the
+measured rates around the crossing; when every rate meets it the capacity is
+only known to be at least the highest rate, and when none does, below the
+lowest (``capacity_bound`` says which).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.calibrate import calibrated_workload, write_host
+from bench.endpoint import wait_ready
+from bench.loadgen import RunConfig, run_all
+from bench.records import find_trials, read_trial
+from bench.stats import SLO, summarize
+from bench.tokens import TokenCounter
+
+GOODPUT_TARGET = 0.9
+SUMMARY_FILE = "summary.json"
+
+
+def rate_dir(results_dir: Path, rate_rps: float) -> Path:
+    return results_dir / f"rate-{rate_rps:g}"
+
+
+def parse_rates(text: str) -> tuple[float, ...]:
+    try:
+        rates = tuple(sorted(float(r) for r in text.split(",") if r.strip()))
+    except ValueError as exc:
+        raise ValueError(f"--rates: numbers separated by commas, got {text!r}") from exc
+    if not rates or min(rates) <= 0:
+        raise ValueError(f"--rates: positive request rates, got {text!r}")
+    return rates
+
+
+async def run_sweep(run: RunConfig, rates: tuple[float, ...], counter: TokenCounter) -> None:
+    """Calibrate once (long-prompt lengths only: the rates are the sweep's), then each rate."""
+    workload = run.workload
+    async with httpx.AsyncClient(timeout=run.client.request_timeout_s) as http:
+        await wait_ready(http, run.client.base_url, run.client.api_key, run.ready_timeout_s)
+        await write_host(http, run.client.base_url, run.admin_token, run.results_dir)
+        if run.calibrate_fraction is not None:
+            calibrated = await calibrated_workload(
+                http, run.client, workload, run.calibrate_fraction, run.results_dir, counter
+            )
+            workload = replace(workload, long_min_tokens=calibrated.long_min_tokens)
+            workload = replace(workload, long_max_tokens=calibrated.long_max_tokens)
+    for number, rate in enumerate(rates, 1):
+        print(f"[sweep] rate {number}/{len(rates)}: {rate:g} request/s", file=sys.stderr)
+        await run_all(
+            replace(
+                run,
+                results_dir=rate_dir(run.results_dir, rate),
+                workload=replace(workload, rate_rps=rate),
+                calibrate_fraction=None,
+            ),
+            counter,
+        )
+
+
+def capacity(points: list[tuple[float, float]], target: float = GOODPUT_TARGET) -> dict[str, Any]:
+    """The highest rate with goodput >= ``target``, interpolated; ``points`` = (rate, goodput)."""
+    points = sorted(points)
+    if not points:
+        return {"capacity_rps": None, "capacity_bound": "unmeasured"}
+    if all(g >= target for _, g in points):
+        return {"capacity_rps": points[-1][0], "capacity_bound": "at_least"}
+    if points[0][1] < target:
+        return {"capacity_rps": None, "capacity_bound": "below_lowest_rate"}
+    # The last rate that meets the target before the first that does not.
+    for (r0, g0), (r1, g1) in itertools.pairwise(points):
+        if g0 >= target > g1:
+            return {
+                "capacity_rps": r0 + (r1 - r0) * (g0 - target) / (g0 - g1),
+                "capacity_bound": "interpolated",
+            }
+    return {"capacity_rps": points[0][0], "capacity_bound": "interpolated"}
+
+
+def sweep_summary(results_dir: Path, slo: SLO) -> dict[str, Any]:
+    """Per arm: per rate (seeds pooled) the figures, and the capacity; writes summary.json."""
+    arms: dict[str, dict[str, Any]] = {}
+    for sub in sorted(results_dir.glob("rate-*"), key=lambda p: float(p.name[5:])):
+        rate = float(sub.name[5:])
+        for arm, paths in find_trials(sub).items():
+            pooled = summarize([read_trial(p) for p in paths.values()], slo)
+            entry = arms.setdefault(arm, {"rates": {}})
+            entry["rates"][f"{rate:g}"] = {"seeds": sorted(paths), **pooled}
+    for entry in arms.values():
+        points = [(float(r), s["slo_attainment"] or 0.0) for r, s in entry["rates"].items()]
+        entry |= capacity(points)
+    summary = {"results_dir": str(results_dir), "slo": asdict(slo), "arms": arms}
+    (results_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return summary
+
+
+def format_sweep(summary: dict[str, Any]) -> str:
+    lines = []
+    for arm, entry in summary["arms"].items():
+        cap = entry["capacity_rps"]
+        shown = "n/a" if cap is None else f"{cap:.3f}"
+        lines.append(f"{arm}: capacity {shown} request/s ({entry['capacity_bound']})")
+        for rate, s in entry["rates"].items():
+            lines.append(
+                f"  {rate:>6} req/s: goodput {100 * (s['slo_attainment'] or 0):5.1f}% of "
+                f"{s['num_requests']}, TTFT p50/p99 {_s(s['ttft_p50_ms'])}/{_s(s['ttft_p99_ms'])} s"
+                f" (short {_s(s['ttft_short_p50_ms'])}/{_s(s['ttft_short_p99_ms'])}, long "
+                f"{_s(s['ttft_long_p50_ms'])}/{_s(s['ttft_long_p99_ms'])}), "
+                f"ITL p99 {_s(s['itl_p99_ms'], 1)} ms"
+            )
+    return "\n".join(lines)
+
+
+def _s(ms: float | None, scale: float = 1e-3) -> str:
+    return "-" if ms is None else f"{ms * scale:.2f}" if scale < 1 else f"{ms:.0f}"
