@@ -147,7 +147,7 @@ def compare_handler(args: argparse.Namespace) -> int:
 
 def add_bench_parser(commands: Any) -> None:
     """Add ``bench`` and its sub-commands to ``dlfp-gateway``'s sub-parsers."""
-    from bench import crosscheck, vllm_server
+    from bench import chunks, crosscheck, vllm_server
 
     bench = commands.add_parser(
         "bench",
@@ -161,7 +161,7 @@ def add_bench_parser(commands: Any) -> None:
         dest="bench_command",
         required=False,
         title="sub-commands (none: run trials)",
-        metavar="{compare,summary,plot,sweep,crosscheck,vllm-server}",
+        metavar="{compare,summary,plot,sweep,chunks,crosscheck,vllm-server}",
     )
     sweep = sub.add_parser(
         "sweep",
@@ -193,4 +193,5 @@ def add_bench_parser(commands: Any) -> None:
     add_results_option(plot)
     plot.set_defaults(handler=plot_handler)
     crosscheck.add_parser(sub)
+    chunks.add_parser(sub)
     vllm_server.add_parser(sub)

@@ -96,6 +96,21 @@ def cost_model_fit(trials: list[Trial], path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def chunk_costs(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Median busy time of a mixed step against the context its chunk started at."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for chunk in sorted({r["chunk_tokens"] for r in rows}):
+        mine = [r for r in rows if r["chunk_tokens"] == chunk]
+        xs = [(r["context_from"] + r["context_to"]) / 2 for r in mine]
+        ax.plot(xs, [r["median_busy_ms"] for r in mine], marker="o", label=f"{chunk} tokens")
+    ax.set_xlabel("context before the chunk (tokens, bin centre)")
+    ax.set_ylabel("median busy time of the mixed step (ms)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(title="chunk", fontsize="small")
+    ax.set_title("Cost of a prefill chunk beside one decode")
+    return _save(fig, path)
+
+
 def sweep_plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
     """``goodput-vs-rate.png`` and ``latency-vs-rate.png`` (P99 ITL and P99 TTFT) per arm."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
