@@ -12,7 +12,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.options import (
     add_results_option,
@@ -25,6 +25,9 @@ from bench.options import (
     workload_from,
 )
 from bench.stats import SLO
+
+if TYPE_CHECKING:
+    from bench.loadgen import RunConfig
 
 
 def report(results: Path, slo: SLO, plots: bool) -> None:
@@ -42,28 +45,34 @@ def report(results: Path, slo: SLO, plots: bool) -> None:
             print(f"plot: {path}")
 
 
+def run_config_from(args: argparse.Namespace) -> RunConfig:
+    """The trials the ``bench`` options ask for (resolves the model name from the server)."""
+    from bench.loadgen import RunConfig
+
+    return RunConfig(
+        results_dir=args.results,
+        arms=arms_from(args),
+        seeds=args.seeds,
+        workload=workload_from(args),
+        client=client_from(args, asyncio.run(resolve_model(args))),
+        admin_token=args.admin_token,
+        metrics_interval_s=args.metrics_interval_s,
+        ready_timeout_s=args.ready_timeout_s,
+        use_cache_salt=not args.no_cache_salt,
+        force=args.force,
+        calibrate_fraction=args.calibrate,
+    )
+
+
 def run_handler(args: argparse.Namespace) -> int:
     from bench.endpoint import EndpointError
-    from bench.loadgen import RunConfig, run_all
+    from bench.loadgen import run_all
     from bench.tokens import load_counter
 
     if not args.base_url:
         raise SystemExit("bench: --base-url is required to run trials")
     try:
-        run = RunConfig(
-            results_dir=args.results,
-            arms=arms_from(args),
-            seeds=args.seeds,
-            workload=workload_from(args),
-            client=client_from(args, asyncio.run(resolve_model(args))),
-            admin_token=args.admin_token,
-            metrics_interval_s=args.metrics_interval_s,
-            ready_timeout_s=args.ready_timeout_s,
-            use_cache_salt=not args.no_cache_salt,
-            force=args.force,
-            calibrate_fraction=args.calibrate,
-        )
-        asyncio.run(run_all(run, load_counter(args.tokenizer)))
+        asyncio.run(run_all(run_config_from(args), load_counter(args.tokenizer)))
     except (EndpointError, ValueError) as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 2
@@ -76,7 +85,6 @@ def run_handler(args: argparse.Namespace) -> int:
 
 def sweep_handler(args: argparse.Namespace) -> int:
     from bench.endpoint import EndpointError
-    from bench.loadgen import RunConfig
     from bench.plots import sweep_plots
     from bench.sweep import format_sweep, parse_rates, run_sweep, sweep_summary
     from bench.tokens import load_counter
@@ -84,20 +92,7 @@ def sweep_handler(args: argparse.Namespace) -> int:
     try:
         rates = parse_rates(args.rates)
         if args.base_url:
-            run = RunConfig(
-                results_dir=args.results,
-                arms=arms_from(args),
-                seeds=args.seeds,
-                workload=workload_from(args),
-                client=client_from(args, asyncio.run(resolve_model(args))),
-                admin_token=args.admin_token,
-                metrics_interval_s=args.metrics_interval_s,
-                ready_timeout_s=args.ready_timeout_s,
-                use_cache_salt=not args.no_cache_salt,
-                force=args.force,
-                calibrate_fraction=args.calibrate,
-            )
-            asyncio.run(run_sweep(run, rates, load_counter(args.tokenizer)))
+            asyncio.run(run_sweep(run_config_from(args), rates, load_counter(args.tokenizer)))
     except (EndpointError, ValueError) as exc:
         print(f"bench sweep: {exc}", file=sys.stderr)
         return 2
