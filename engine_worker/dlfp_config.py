@@ -30,30 +30,45 @@ class ControllerMode(StrEnum):
 
 
 class DLFPConfig(BaseModel):
-    """Controller settings and the SLO targets the gateway judges requests by."""
+    """Controller settings and the SLO targets the gateway judges requests by.
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+    Every value must be finite (``NaN`` and ``Infinity`` are refused) and at or above
+    its floor, stated in its docstring: below the floors a value is never useful and
+    some make the gateway refuse every request or the scheduler crawl.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        use_enum_values=False,
+        allow_inf_nan=False,
+        use_attribute_docstrings=True,
+    )
 
     controller: ControllerMode = ControllerMode.DLFP_CT
     """Controller mode."""
-    target_ms: float = Field(default=300.0, gt=0, le=60_000)
-    """Target duration of a mixed (prefill + decode) iteration, in milliseconds."""
-    gain: float = Field(default=0.5, gt=0, le=1)
-    """Proportional gain; values above 1 oscillate."""
+    target_ms: float = Field(default=300.0, ge=1, le=60_000)
+    """Target duration of a mixed (prefill + decode) iteration, ms; floor 1 ms (the
+    controller then holds the cap at its minimum)."""
+    gain: float = Field(default=0.5, ge=0.01, le=1)
+    """Proportional gain; floor 0.01 (below it the cap barely moves); above 1 oscillates."""
     initial_cap_tokens: int = Field(default=256, ge=1)
-    """Cap used before the first observation and after a reset, in tokens."""
-    min_cap_tokens: int = Field(default=32, ge=1)
-    """Lower bound of the cap, in tokens."""
+    """Cap used before the first observation and after a reset, tokens (at least
+    min_cap_tokens)."""
+    min_cap_tokens: int = Field(default=32, ge=16)
+    """Lower bound of the cap, tokens; floor 16, one KV-cache block (a smaller chunk
+    makes a long prompt's prefill crawl)."""
     max_cap_tokens: int = Field(default=1024, ge=1)
-    """Upper bound of the cap, in tokens."""
-    step_tokens: int = Field(default=32, ge=1)
-    """Quantum of the cap: every cap is a multiple of it."""
+    """Upper bound of the cap, tokens (at least min_cap_tokens)."""
+    step_tokens: int = Field(default=32, ge=16)
+    """Quantum of the cap: every cap is a multiple of it; floor 16, one KV-cache block."""
     fixed_cap_tokens: int = Field(default=128, ge=1)
-    """Cap used by the ``fixed`` controller, in tokens."""
-    ttft_slo_ms: float = Field(default=30_000.0, gt=0)
-    """Time-to-first-token objective the gateway judges requests by."""
-    itl_slo_ms: float = Field(default=500.0, gt=0)
-    """Inter-token-latency objective the gateway judges requests by."""
+    """Cap used by the ``fixed`` controller, tokens (within the cap's bounds)."""
+    ttft_slo_ms: float = Field(default=30_000.0, ge=100)
+    """Time-to-first-token objective the gateway judges requests by, ms; floor 100 ms
+    (below it the SLO check would turn every request away)."""
+    itl_slo_ms: float = Field(default=500.0, ge=10)
+    """Inter-token-latency objective the gateway judges requests by, ms; floor 10 ms."""
 
     @model_validator(mode="after")
     def _check_bounds(self) -> Self:

@@ -165,6 +165,17 @@ def _chunk(output: Any) -> GenerationChunk:
     )
 
 
+def _max_token_bytes(tokenizer: Any) -> int | None:
+    """An upper bound on the text one token covers, in UTF-8 bytes: the longest
+    vocabulary entry (a byte-level or SentencePiece entry is never shorter in UTF-8
+    than the text it stands for). None if the vocabulary is not readable."""
+    try:
+        vocab = tokenizer.get_vocab()
+    except Exception:  # not every tokenizer exposes it; then no early size check
+        return None
+    return max((len(str(entry).encode("utf-8")) for entry in vocab), default=None)
+
+
 def _kill_engine_processes() -> None:
     """Kill the engine-core processes this process started, and their workers."""
     import multiprocessing
@@ -204,6 +215,9 @@ class VLLMEngine:
         """Build the engine in a worker thread: the event loop keeps serving /health."""
         llm = await asyncio.to_thread(self._build)
         self._tokenizer = llm.get_tokenizer()
+        self.info.extra["max_token_bytes"] = await asyncio.to_thread(
+            _max_token_bytes, self._tokenizer
+        )
         self._llm = llm
         if self.spec.use_dlfp_scheduler:
             from engine_worker.channel import DLFPChannel
@@ -271,15 +285,29 @@ class VLLMEngine:
         return self._llm
 
     def render_chat(self, messages: list[dict[str, Any]]) -> list[int]:
+        """Thread-safe (the gateway calls it off the event loop); InvalidRequestError
+        for a conversation the model's template refuses."""
+        from jinja2 import TemplateError
+
         self._require()
-        text = self._tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=False
-        )
-        return list(self._tokenizer.encode(text, add_special_tokens=False))
+        try:
+            text = self._tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False
+            )
+            return list(self._tokenizer.encode(text, add_special_tokens=False))
+        except (TemplateError, ValueError, TypeError, KeyError) as exc:
+            raise InvalidRequestError(
+                f"cannot render the conversation: {exc}", param="messages"
+            ) from exc
 
     def tokenize(self, text: str) -> list[int]:
+        """Thread-safe; InvalidRequestError for text the tokenizer refuses (a lone
+        surrogate raises TypeError in the Rust tokenizer)."""
         self._require()
-        return list(self._tokenizer.encode(text))
+        try:
+            return list(self._tokenizer.encode(text))
+        except (ValueError, TypeError) as exc:
+            raise InvalidRequestError(f"cannot tokenize the prompt: {exc}", param="prompt") from exc
 
     async def submit(
         self,
