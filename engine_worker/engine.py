@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,6 +201,9 @@ class VLLMEngine:
         self.info = EngineInfo(spec.served_model_name, spec.max_model_len, spec.device)
         self._llm: Any = None
         self._tokenizer: Any = None
+        # NOTE: HF fast tokenizers are not safe to call from several threads at once
+        # (they may set truncation and padding state: "Already borrowed").
+        self._tokenizer_lock = threading.Lock()
         self._channel: Any = None
         self._closed = False
 
@@ -291,10 +295,11 @@ class VLLMEngine:
 
         self._require()
         try:
-            text = self._tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False
-            )
-            return list(self._tokenizer.encode(text, add_special_tokens=False))
+            with self._tokenizer_lock:
+                text = self._tokenizer.apply_chat_template(
+                    messages, add_generation_prompt=True, tokenize=False
+                )
+                return list(self._tokenizer.encode(text, add_special_tokens=False))
         except (TemplateError, ValueError, TypeError, KeyError) as exc:
             raise InvalidRequestError(
                 f"cannot render the conversation: {exc}", param="messages"
@@ -305,7 +310,8 @@ class VLLMEngine:
         surrogate raises TypeError in the Rust tokenizer)."""
         self._require()
         try:
-            return list(self._tokenizer.encode(text))
+            with self._tokenizer_lock:
+                return list(self._tokenizer.encode(text))
         except (ValueError, TypeError) as exc:
             raise InvalidRequestError(f"cannot tokenize the prompt: {exc}", param="prompt") from exc
 
