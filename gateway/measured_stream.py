@@ -17,7 +17,6 @@ from contextlib import AsyncExitStack
 
 from engine_worker.api import GenerationChunk, SamplingOptions
 from gateway.admission import Ticket
-from gateway.errors import outcome_of
 from gateway.state import GatewayState
 
 logger = logging.getLogger("dlfp.request")
@@ -57,7 +56,7 @@ class MeasuredStream:
     async def submit(
         self, prompt_ids: list[int], options: SamplingOptions, priority: int, salt: str | None
     ) -> None:
-        """Enqueue in the engine; raises (after closing) if the engine refuses."""
+        """Enqueue in the engine; if the engine refuses, frees the slot and raises."""
         engine = self.gateway.engine
         # vLLM refuses a priority unless it runs priority scheduling.
         priority = priority if engine.info.extra.get("priority_scheduling") else 0
@@ -65,9 +64,10 @@ class MeasuredStream:
             self._engine_stream = await engine.submit(
                 self.completion_id, prompt_ids, options, priority, salt
             )
-        except BaseException as exc:
-            self.outcome = outcome_of(exc)
-            await self.aclose()
+        except BaseException:
+            # Never in the engine: free the slot; the lifecycle records the refusal.
+            self._closed = True
+            await self._slot.aclose()
             raise
         self.num_prompt_tokens = len(prompt_ids)
         self.gateway.watch.submitted()
@@ -120,7 +120,7 @@ class MeasuredStream:
                 await self._stop(stream)
         finally:
             await self._slot.aclose()
-            self._record(in_engine=stream is not None)
+            self._record()
 
     async def _stop(self, stream: AsyncIterator[GenerationChunk]) -> None:
         self.gateway.metrics.active_requests.dec()
@@ -135,7 +135,7 @@ class MeasuredStream:
             # so abort explicitly; vLLM ignores an abort of a finished request.
             await self.gateway.engine.abort(self.completion_id)
 
-    def _record(self, in_engine: bool) -> None:
+    def _record(self) -> None:
         metrics = self.gateway.metrics
         metrics.requests.labels(endpoint=self.endpoint, outcome=self.outcome).inc()
         last = max(self._last_token_s.values(), default=None)
@@ -149,7 +149,6 @@ class MeasuredStream:
                 "completion_id": self.completion_id,
                 "endpoint": self.endpoint,
                 "outcome": self.outcome,
-                "in_engine": in_engine,
                 "prompt_tokens": self.num_prompt_tokens,
                 "completion_tokens": self.num_generated,
                 "ttft_s": None if ttft is None else round(ttft, 4),

@@ -218,3 +218,12 @@ async def test_a_hung_engine_is_noticed() -> None:
         app.state.gateway.cut_streams()
         data = sse_data((await asyncio.wait_for(stream, 5)).text)
         assert data[-1] == "[DONE]" and "error" in json.loads(data[-2])
+
+
+async def test_an_engine_refusal_is_counted_once_and_frees_the_slot() -> None:
+    async with fake_client() as (client, app, _):
+        r = await client.post("/v1/completions", json={"model": "fake-model", "prompt": [5000]})
+        assert r.status_code == 400
+        metrics = (await client.get("/metrics")).text
+        assert 'dlfp_requests_total{endpoint="completions",outcome="client_error"} 1.0' in metrics
+        assert app.state.gateway.admission.num_active == 0
