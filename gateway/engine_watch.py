@@ -1,10 +1,13 @@
-"""Notices a hung engine: requests in it, and no engine output for any of them.
+"""Notices a hung engine: requests waiting on it, and no engine output for any of them.
 
 A dead engine core is visible (its process is gone); a hung one is not: its
 process lives, ``/ready`` would stay 200 and streams would send keep-alives
-forever. ``EngineWatch`` counts the requests in the engine and the time of the last
-output of any of them (or of the first submission after an idle spell); past
-``stall_s`` without output the engine counts as hung.
+forever. ``EngineWatch`` counts the requests waiting for their next engine output
+and the time of the last output of any request (or of the first wait after an idle
+spell); past ``stall_s`` without output the engine counts as hung.
+
+NOTE: a request counts only while it awaits the engine. A stream whose client reads
+slowly is held back by the client, not by the engine, and must not look like a hang.
 """
 
 from __future__ import annotations
@@ -21,23 +24,23 @@ class EngineWatch:
     def __init__(self, stall_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.stall_s = stall_s
         self._clock = clock
-        self.num_in_engine = 0
+        self.num_waiting = 0
         self._progress_s = clock()
 
-    def submitted(self) -> None:
-        if self.num_in_engine == 0:
-            self._progress_s = self._clock()  # an idle engine owes no output
-        self.num_in_engine += 1
+    def waiting(self) -> None:
+        """A request starts awaiting its next engine output."""
+        if self.num_waiting == 0:
+            self._progress_s = self._clock()  # an engine nobody waits on owes no output
+        self.num_waiting += 1
 
-    def output(self) -> None:
-        self._progress_s = self._clock()
-
-    def finished(self) -> None:
-        self.num_in_engine = max(0, self.num_in_engine - 1)
+    def done_waiting(self, got_output: bool) -> None:
+        self.num_waiting = max(0, self.num_waiting - 1)
+        if got_output:
+            self._progress_s = self._clock()
 
     def stalled_s(self) -> float:
-        """Seconds without output while requests are in the engine (0 when idle)."""
-        return self._clock() - self._progress_s if self.num_in_engine else 0.0
+        """Seconds without output while requests wait on the engine (0 when none does)."""
+        return self._clock() - self._progress_s if self.num_waiting else 0.0
 
     def is_hung(self) -> bool:
         return self.stalled_s() >= self.stall_s
@@ -51,14 +54,14 @@ async def watch_engine(
         await asyncio.sleep(min(interval_s, watch.stall_s / 4))
         if watch.is_hung():
             message = (
-                f"the engine is hung: {watch.num_in_engine} requests and no output "
+                f"the engine is hung: {watch.num_waiting} requests wait and no output came "
                 f"for {watch.stalled_s():.0f} s"
             )
             logger.error(
                 "engine hung",
                 extra={
                     "event": "engine_hung",
-                    "num_in_engine": watch.num_in_engine,
+                    "num_waiting": watch.num_waiting,
                     "stalled_s": round(watch.stalled_s(), 1),
                 },
             )

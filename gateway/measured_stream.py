@@ -70,7 +70,6 @@ class MeasuredStream:
             await self._slot.aclose()
             raise
         self.num_prompt_tokens = len(prompt_ids)
-        self.gateway.watch.submitted()
         self.gateway.metrics.active_requests.inc()
         self.gateway.metrics.prompt_tokens.inc(len(prompt_ids))
 
@@ -79,7 +78,7 @@ class MeasuredStream:
         if self._engine_stream is None:
             return
         try:
-            async for chunk in self._engine_stream:
+            while (chunk := await self._next_output(self._engine_stream)) is not None:
                 self._observe(chunk)
                 yield chunk
                 if chunk.finished:
@@ -88,10 +87,19 @@ class MeasuredStream:
             self.outcome = "server_error"
             raise
 
+    async def _next_output(self, stream: AsyncIterator[GenerationChunk]) -> GenerationChunk | None:
+        """The next engine output (None at the end), timed by the hung-engine watch."""
+        watch, chunk = self.gateway.watch, None
+        watch.waiting()
+        try:
+            chunk = await anext(stream, None)
+        finally:
+            watch.done_waiting(got_output=chunk is not None)
+        return chunk
+
     def _observe(self, chunk: GenerationChunk) -> None:
         now = self._clock()
         metrics = self.gateway.metrics
-        self.gateway.watch.output()
         for choice in chunk.choices:
             n = len(choice.token_ids)
             if n == 0:
@@ -124,7 +132,6 @@ class MeasuredStream:
 
     async def _stop(self, stream: AsyncIterator[GenerationChunk]) -> None:
         self.gateway.metrics.active_requests.dec()
-        self.gateway.watch.finished()
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:
             # RuntimeError: still running in a task being cancelled; the abort below ends it.
