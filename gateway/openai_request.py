@@ -31,11 +31,13 @@ def _response_format(fmt: ResponseFormat | None) -> dict[str, Any]:
     return {"json_schema": fmt.json_schema.schema_}
 
 
-def context_exceeded(num_prompt: int, max_model_len: int, param: str) -> APIError:
+def context_exceeded(
+    num_prompt: int, max_model_len: int, param: str, at_least: bool = False
+) -> APIError:
+    size = f"at least {num_prompt}" if at_least else str(num_prompt)
     return APIError(
         400,
-        f"the prompt is {num_prompt} tokens, longer than this model's context of "
-        f"{max_model_len} tokens",
+        f"the prompt is {size} tokens, longer than this model's context of {max_model_len} tokens",
         param=param,
         code="context_length_exceeded",
     )
@@ -80,6 +82,7 @@ class _Input(Generic[BodyT]):
 
     endpoint: str
     id_prefix: str
+    prompt_param = "prompt"
     body: BodyT
 
     def check(self, engine: Engine) -> None:
@@ -101,9 +104,8 @@ class _Input(Generic[BodyT]):
             return
         min_tokens = math.ceil(self.prompt_bytes() / (max_token_bytes * _NORMALIZATION_SLACK))
         if min_tokens >= engine.info.max_model_len:
-            raise context_exceeded(min_tokens, engine.info.max_model_len, self.prompt_param)
-
-    prompt_param = "prompt"
+            limit = engine.info.max_model_len
+            raise context_exceeded(min_tokens, limit, self.prompt_param, at_least=True)
 
     def prompt_bytes(self) -> int:
         raise NotImplementedError
