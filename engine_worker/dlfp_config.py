@@ -39,35 +39,51 @@ class PrefillOrder(StrEnum):
 
 
 class DLFPConfig(BaseModel):
-    """Controller settings and the SLO targets the gateway judges requests by."""
+    """Controller settings and the SLO targets the gateway judges requests by.
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+    Every value must be finite (``NaN`` and ``Infinity`` are refused) and at or above
+    its floor, stated in its docstring: below the floors a value is never useful and
+    some make the gateway refuse every request or the scheduler crawl.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        use_enum_values=False,
+        allow_inf_nan=False,
+        use_attribute_docstrings=True,
+    )
 
     controller: ControllerMode = ControllerMode.DLFP_CT
     """Controller mode."""
-    target_ms: Annotated[float, Field(gt=0, le=60_000)] | Literal["auto"] = "auto"
-    """Target duration of a mixed (prefill + decode) iteration, ms; ``auto`` = the larger of
-    0.6 x itl_slo_ms and 2 x the measured decode-only step."""
-    gain: float = Field(default=0.5, gt=0, le=1)
-    """Proportional gain; values above 1 oscillate."""
+    target_ms: Annotated[float, Field(ge=1, le=60_000)] | Literal["auto"] = "auto"
+    """Target duration of a mixed (prefill + decode) iteration, ms, or ``auto``: the larger
+    of 0.6 x itl_slo_ms and 2 x the measured decode-only step; floor 1 ms (the controller
+    then holds the cap at its minimum)."""
+    gain: float = Field(default=0.5, ge=0.01, le=1)
+    """Proportional gain; floor 0.01 (below it the cap barely moves); above 1 oscillates."""
     initial_cap_tokens: int = Field(default=256, ge=1)
-    """Cap used before the first observation and after a reset, in tokens."""
-    min_cap_tokens: int = Field(default=8, ge=1)
-    """Lower bound of the cap, in tokens."""
+    """Cap used before the first observation and after a reset, tokens (at least
+    min_cap_tokens)."""
+    min_cap_tokens: int = Field(default=8, ge=8)
+    """Lower bound of the cap, tokens; floor 8 (a smaller chunk makes a long prompt's
+    prefill crawl; 8 tokens took about 58 ms on a CPU without AVX-512)."""
     max_cap_tokens: int = Field(default=1024, ge=1)
-    """Upper bound of the cap, in tokens."""
-    step_tokens: int = Field(default=8, ge=1)
-    """Quantum of the cap: every cap is a multiple of it."""
+    """Upper bound of the cap, tokens (at least min_cap_tokens)."""
+    step_tokens: int = Field(default=8, ge=8)
+    """Quantum of the cap: every cap is a multiple of it; floor 8. One quantum should cost
+    well under 15% of the target."""
     fixed_cap_tokens: int = Field(default=128, ge=1)
-    """Cap used by the ``fixed`` controller, in tokens."""
+    """Cap used by the ``fixed`` controller, tokens (within the cap's bounds)."""
     prefill_order: PrefillOrder = PrefillOrder.SRPF
     """Which prefills a capped step serves first: fcfs (vLLM's order) or srpf."""
     feedforward: bool = True
     """dlfp-ct only: size each mixed step from the online cost model of step time."""
-    ttft_slo_ms: float = Field(default=30_000.0, gt=0)
-    """Time-to-first-token objective the gateway judges requests by."""
-    itl_slo_ms: float = Field(default=500.0, gt=0)
-    """Inter-token-latency objective the gateway judges requests by."""
+    ttft_slo_ms: float = Field(default=30_000.0, ge=100)
+    """Time-to-first-token objective the gateway judges requests by, ms; floor 100 ms
+    (below it the SLO check would turn every request away)."""
+    itl_slo_ms: float = Field(default=500.0, ge=10)
+    """Inter-token-latency objective the gateway judges requests by, ms; floor 10 ms."""
 
     @model_validator(mode="after")
     def _check_bounds(self) -> Self:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,6 +172,17 @@ def _chunk(output: Any) -> GenerationChunk:
     )
 
 
+def _max_token_bytes(tokenizer: Any) -> int | None:
+    """An upper bound on the text one token covers, in UTF-8 bytes: the longest
+    vocabulary entry (a byte-level or SentencePiece entry is never shorter in UTF-8
+    than the text it stands for). None if the vocabulary is not readable."""
+    try:
+        vocab = tokenizer.get_vocab()
+    except Exception:  # not every tokenizer exposes it; then no early size check
+        return None
+    return max((len(str(entry).encode("utf-8")) for entry in vocab), default=None)
+
+
 def _kill_engine_processes() -> None:
     """Kill the engine-core processes this process started, and their workers."""
     import multiprocessing
@@ -195,6 +207,9 @@ class VLLMEngine:
         self.info = EngineInfo(spec.served_model_name, spec.max_model_len, spec.device)
         self._llm: Any = None
         self._tokenizer: Any = None
+        # NOTE: HF fast tokenizers are not safe to call from several threads at once
+        # (they may set truncation and padding state: "Already borrowed").
+        self._tokenizer_lock = threading.Lock()
         self._channel: Any = None
         self._closed = False
 
@@ -210,6 +225,9 @@ class VLLMEngine:
         """Build the engine in a worker thread: the event loop keeps serving /health."""
         llm = await asyncio.to_thread(self._build)
         self._tokenizer = llm.get_tokenizer()
+        self.info.extra["max_token_bytes"] = await asyncio.to_thread(
+            _max_token_bytes, self._tokenizer
+        )
         self._llm = llm
         if self.spec.use_dlfp_scheduler:
             from engine_worker.channel import DLFPChannel
@@ -296,15 +314,31 @@ class VLLMEngine:
         return self._llm
 
     def render_chat(self, messages: list[dict[str, Any]]) -> list[int]:
+        """Thread-safe (the gateway calls it off the event loop); InvalidRequestError
+        for a conversation the model's template refuses."""
+        from jinja2 import TemplateError
+
         self._require()
-        text = self._tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=False
-        )
-        return list(self._tokenizer.encode(text, add_special_tokens=False))
+        try:
+            with self._tokenizer_lock:
+                text = self._tokenizer.apply_chat_template(
+                    messages, add_generation_prompt=True, tokenize=False
+                )
+                return list(self._tokenizer.encode(text, add_special_tokens=False))
+        except (TemplateError, ValueError, TypeError, KeyError) as exc:
+            raise InvalidRequestError(
+                f"cannot render the conversation: {exc}", param="messages"
+            ) from exc
 
     def tokenize(self, text: str) -> list[int]:
+        """Thread-safe; InvalidRequestError for text the tokenizer refuses (a lone
+        surrogate raises TypeError in the Rust tokenizer)."""
         self._require()
-        return list(self._tokenizer.encode(text))
+        try:
+            with self._tokenizer_lock:
+                return list(self._tokenizer.encode(text))
+        except (ValueError, TypeError) as exc:
+            raise InvalidRequestError(f"cannot tokenize the prompt: {exc}", param="prompt") from exc
 
     async def submit(
         self,

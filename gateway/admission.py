@@ -4,9 +4,11 @@ an SLO check that turns away early a request that would miss its TTFT target.
 Plain asyncio, no HTTP: ``async with admission.slot(...)`` waits for a slot or
 raises ``AdmissionRejected``, which one exception handler maps to 429/503.
 
-The TTFT prediction: prefill work ahead of a request (prompt tokens of requests
-admitted but not yet streaming, plus those queued before it) divided by the
-prefill throughput measured while prefill work was pending.
+The TTFT prediction (``ttft_estimate``): a fixed per-request latency plus a time
+per token of the prefill work ahead of a request (prompt tokens of requests admitted
+but not yet streaming, plus those queued before it) and its own prompt. A request
+with nothing ahead of it is never refused for the SLO: refusing it would help no one,
+and a refused prompt never adds the sample that would correct the estimate.
 """
 
 from __future__ import annotations
@@ -22,11 +24,15 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.ttft_estimate import TTFTEstimate
+
 
 class AdmissionLimits(BaseModel):
     """The runtime-tunable limits, validated as a whole."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, allow_inf_nan=False, use_attribute_docstrings=True
+    )
 
     max_concurrent: int = Field(default=32, ge=1, le=100_000)
     """Most requests streaming at once."""
@@ -66,6 +72,8 @@ class Ticket:
     """A held slot; call ``first_token()`` when the request starts streaming."""
 
     prefill_tokens: int
+    tokens_ahead: int
+    """Prompt tokens pending at admission, its own included (the estimate's sample)."""
     admitted_s: float
     queue_s: float
     _admission: Admission
@@ -74,7 +82,7 @@ class Ticket:
     def first_token(self) -> None:
         if not self._prefilled:
             self._prefilled = True
-            self._admission._prefill_done(self.prefill_tokens)
+            self._admission._prefill_done(self)
 
 
 class _Rate:
@@ -109,8 +117,7 @@ class Admission:
         self._queue: list[_Waiter] = []
         self._seq = itertools.count()
         self._pending_prefill = 0
-        self._prefill_since: float | None = None
-        self.prefill_rate = _Rate()
+        self.ttft_estimate = TTFTEstimate()
         self._last_release: float | None = None
         self.service_rate = _Rate()
         self.draining = False
@@ -130,14 +137,14 @@ class Admission:
             return 1
         return max(1, min(120, math.ceil((self.num_queued + 1) / rate)))
 
+    def _tokens_ahead(self, priority: int) -> int:
+        queued = sum(w.prefill_tokens for w in self._queue if w.priority <= priority)
+        return self._pending_prefill + queued
+
     def predicted_ttft_s(self, prefill_tokens: int, priority: int) -> float | None:
-        rate = self.prefill_rate.value
-        if rate is None or self.prefill_rate.samples < self.limits.min_slo_samples:
+        if self.ttft_estimate.num_samples < self.limits.min_slo_samples:
             return None
-        ahead = self._pending_prefill + sum(
-            w.prefill_tokens for w in self._queue if w.priority <= priority
-        )
-        return (ahead + prefill_tokens) / rate
+        return self.ttft_estimate.predict_s(self._tokens_ahead(priority) + prefill_tokens)
 
     def update_limits(self, limits: AdmissionLimits) -> None:
         self.limits = limits
@@ -154,14 +161,14 @@ class Admission:
             self._active += 1
         else:
             await self._wait(prefill_tokens, priority)
-        self._add_prefill(prefill_tokens)
+        self._pending_prefill += prefill_tokens
         now = self._clock()
-        ticket = Ticket(prefill_tokens, now, now - arrival, self)
+        ticket = Ticket(prefill_tokens, self._pending_prefill, now, now - arrival, self)
         try:
             yield ticket
         finally:
             if not ticket._prefilled:
-                self._remove_prefill(prefill_tokens)
+                self._pending_prefill = max(0, self._pending_prefill - prefill_tokens)
             self._active -= 1
             self._record_release()
             self._wake()
@@ -169,6 +176,19 @@ class Admission:
     def _check_admissible(
         self, prefill_tokens: int, priority: int, ttft_slo_s: float | None
     ) -> None:
+        self.check_capacity()
+        if self.limits.slo_check and ttft_slo_s is not None and self._tokens_ahead(priority):
+            predicted = self.predicted_ttft_s(prefill_tokens, priority)
+            if predicted is not None and predicted > ttft_slo_s:
+                raise AdmissionRejected(
+                    "slo",
+                    f"predicted time to first token {predicted:.1f} s exceeds the "
+                    f"{ttft_slo_s:.1f} s objective",
+                    self.retry_after_s(),
+                )
+
+    def check_capacity(self) -> None:
+        """The cheap refusals (draining, concurrency, queue full), before any tokenizing."""
         if self.draining:
             raise AdmissionRejected(
                 "draining", "the gateway is shutting down", self.retry_after_s()
@@ -179,15 +199,6 @@ class Admission:
             if len(self._queue) >= self.limits.max_queue:
                 raise AdmissionRejected(
                     "queue_full", "the wait queue is full", self.retry_after_s()
-                )
-        if self.limits.slo_check and ttft_slo_s is not None:
-            predicted = self.predicted_ttft_s(prefill_tokens, priority)
-            if predicted is not None and predicted > ttft_slo_s:
-                raise AdmissionRejected(
-                    "slo",
-                    f"predicted time to first token {predicted:.1f} s exceeds the "
-                    f"{ttft_slo_s:.1f} s objective",
-                    self.retry_after_s(),
                 )
 
     async def _wait(self, prefill_tokens: int, priority: int) -> None:
@@ -241,24 +252,9 @@ class Admission:
 
     # --- measurements ---
 
-    def _add_prefill(self, tokens: int) -> None:
-        self._advance_prefill_clock()
-        self._pending_prefill += tokens
-
-    def _remove_prefill(self, tokens: int) -> None:
-        self._advance_prefill_clock()
-        self._pending_prefill = max(0, self._pending_prefill - tokens)
-
-    def _prefill_done(self, tokens: int) -> None:
-        now = self._clock()
-        if self._prefill_since is not None:
-            self.prefill_rate.add(tokens, now - self._prefill_since)
-        self._pending_prefill = max(0, self._pending_prefill - tokens)
-        self._prefill_since = now if self._pending_prefill > 0 else None
-
-    def _advance_prefill_clock(self) -> None:
-        if self._pending_prefill == 0:
-            self._prefill_since = self._clock()
+    def _prefill_done(self, ticket: Ticket) -> None:
+        self.ttft_estimate.add(ticket.tokens_ahead, self._clock() - ticket.admitted_s)
+        self._pending_prefill = max(0, self._pending_prefill - ticket.prefill_tokens)
 
     def _record_release(self) -> None:
         now = self._clock()

@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from engine_worker.api import Engine
 from engine_worker.dlfp_config import DLFPConfig
 from gateway.admission import Admission
+from gateway.engine_watch import EngineWatch, watch_engine
 from gateway.errors import install_error_handlers
 from gateway.metrics import GatewayMetrics, build_metrics
 from gateway.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
@@ -45,19 +46,24 @@ def create_app(
         metrics=metrics or build_metrics(),
         dlfp=dlfp or settings.dlfp_config("cpu"),
         admission=Admission(settings.admission_limits()),
+        watch=EngineWatch(settings.engine_stall_s),
     )
+
+    def on_hung(message: str) -> None:
+        state.engine_error = message
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         starter = asyncio.create_task(_start_engine(state))
         poller = asyncio.create_task(poll_controller(state))
+        watcher = asyncio.create_task(watch_engine(state.watch, on_hung))
         app.state.engine_starter = starter
         if state.dlfp.target_ms != "auto":  # else the poller reads the target in force
             state.metrics.controller_target.set(state.dlfp.target_ms / 1000)
         try:
             yield
         finally:
-            for task in (poller, starter):
+            for task in (watcher, poller, starter):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
@@ -76,5 +82,5 @@ def create_app(
     app.include_router(admin.router)
     app.include_router(dashboard.router)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(RequestContextMiddleware, metrics=state.metrics)
+    app.add_middleware(RequestContextMiddleware)
     return app

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gateway.settings import Settings
+from gateway.settings import Settings, SettingsError, describe_error
 
 _ENV_ONLY = {"engine_args"}
 
@@ -26,6 +26,7 @@ def _add_settings_options(parser: argparse.ArgumentParser) -> None:
         env = f"DLFP_{name.upper()}"
         default = field.get_default(call_default_factory=True)
         help_text = f"{field.description or ''} [env {env}; default {default}]"
+        help_text = help_text.replace("%", "%%")  # argparse formats help with %
         if field.annotation in (bool, bool | None):
             # --name / --no-name
             parser.add_argument(
@@ -49,6 +50,7 @@ def _add_settings_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings_from(args: argparse.Namespace) -> Settings:
+    """The validated settings; raises ``SettingsError`` (one line) if one is bad."""
     given: dict[str, Any] = {k: v for k, v in vars(args).items() if k in Settings.model_fields}
     pairs = getattr(args, "engine_arg", None)
     if pairs:
@@ -56,21 +58,28 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         for pair in pairs:
             name, sep, value = pair.partition("=")
             if not sep or not name:
-                raise SystemExit(f"--engine-arg expects NAME=VALUE, got {pair!r}")
+                raise SettingsError(f"--engine-arg expects NAME=VALUE, got {pair!r}")
             engine_args[name.strip()] = value
         given["engine_args"] = engine_args
     try:
         return Settings(**given)
     except ValidationError as exc:
-        raise SystemExit(f"invalid settings:\n{exc}") from exc
+        raise SettingsError(describe_error(exc)) from exc
 
 
 def _serve(argv: list[str]) -> int:
+    """Exit status 2 and one line on stderr for a bad setting, never a traceback."""
     from gateway.server import serve
 
     parser = argparse.ArgumentParser(prog="dlfp-gateway serve", description=SERVE_HELP)
     _add_settings_options(parser)
-    return serve(_settings_from(parser.parse_args(argv[1:])))
+    args = parser.parse_args(argv[1:])
+    try:
+        settings = _settings_from(args)
+        return serve(settings)
+    except SettingsError as exc:
+        print(f"dlfp-gateway serve: {exc}", file=sys.stderr)
+        return 2
 
 
 SERVE_HELP = (

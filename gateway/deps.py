@@ -1,14 +1,15 @@
-"""FastAPI dependencies: the shared state, the engine, and the access checks."""
+"""FastAPI dependencies: the shared state, the engine, a request's lifecycle, access checks."""
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 from typing import Annotated
 
 from fastapi import Depends, Request
 
 from engine_worker.api import Engine
+from gateway.auth import bearer_token, key_matches
+from gateway.completions import Completions
 from gateway.errors import APIError
 from gateway.state import GatewayState
 
@@ -22,14 +23,13 @@ def get_engine(request: Request) -> Engine:
     return get_gateway(request).engine
 
 
+def get_completions(request: Request) -> Completions:
+    return Completions(get_gateway(request), request)
+
+
 GatewayDep = Annotated[GatewayState, Depends(get_gateway)]
 EngineDep = Annotated[Engine, Depends(get_engine)]
-
-
-def _bearer(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+CompletionsDep = Annotated[Completions, Depends(get_completions)]
 
 
 def _is_loopback(request: Request) -> bool:
@@ -43,10 +43,7 @@ def _is_loopback(request: Request) -> bool:
 def require_api_key(request: Request) -> None:
     """``DLFP_API_KEYS`` protects /v1/*; with none configured it is open."""
     keys = get_gateway(request).settings.api_key_set()
-    if not keys:
-        return
-    token = _bearer(request)
-    if token is None or not any(hmac.compare_digest(token, key) for key in keys):
+    if keys and not key_matches(bearer_token(request), keys):
         raise APIError(
             401,
             "a valid API key is required (Authorization: Bearer ...)",
@@ -64,7 +61,7 @@ def require_admin(request: Request) -> str:
         raise APIError(
             403, "admin is open to loopback only: set DLFP_ADMIN_TOKEN", code="forbidden"
         )
-    token = _bearer(request)
+    token = bearer_token(request)
     if token is None:
         raise APIError(
             401,
@@ -72,7 +69,7 @@ def require_admin(request: Request) -> str:
             code="unauthorized",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    if not hmac.compare_digest(token, secret.get_secret_value()):
+    if not key_matches(token, [secret.get_secret_value()]):
         raise APIError(403, "wrong admin token", code="forbidden")
     return "admin-token"
 

@@ -7,6 +7,7 @@ status, so no input can reach a bare 500.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -83,6 +84,23 @@ def engine_unavailable(message: str = "the engine is not available") -> APIError
     return APIError(503, message, code="engine_unavailable", headers={"Retry-After": "5"})
 
 
+def outcome_of(exc: BaseException) -> str:
+    """The ``dlfp_requests_total`` outcome of a request that ended in ``exc``."""
+    if isinstance(exc, AdmissionRejected):
+        return "shed"
+    if isinstance(exc, ClientDisconnected | asyncio.CancelledError):
+        return "aborted"
+    if isinstance(exc, InvalidRequestError):
+        return "client_error"
+    if isinstance(exc, APIError):
+        if exc.status == 429:
+            return "shed"
+        if exc.status == 499:
+            return "aborted"
+        return "server_error" if exc.status >= 500 else "client_error"
+    return "server_error"
+
+
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     errors = exc.errors()
     if not errors:
@@ -129,8 +147,6 @@ def install_error_handlers(app: FastAPI, validation_status: int = 400) -> None:
 
     @app.exception_handler(AdmissionRejected)
     async def _rejected(request: Request, exc: AdmissionRejected) -> JSONResponse:
-        request.state.shed = True
-        request.app.state.gateway.metrics.admission_rejections.labels(reason=exc.reason).inc()
         status = 503 if exc.reason == "draining" else 429
         headers = {"Retry-After": str(exc.retry_after_s)}
         return APIError(status, str(exc), code=exc.reason, headers=headers).response()

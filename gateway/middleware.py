@@ -1,4 +1,4 @@
-"""ASGI middleware: request ids and outcomes, and the request body size limit."""
+"""ASGI middleware: request ids and the access log, and the request body size limit."""
 
 from __future__ import annotations
 
@@ -8,39 +8,24 @@ import time
 import uuid
 from typing import Any
 
-import anyio
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import APIError
 from gateway.logs import request_id_var
-from gateway.metrics import GatewayMetrics
 
 logger = logging.getLogger("dlfp.http")
 
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
-_ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
-
-
-def _outcome(status: int) -> str:
-    if status < 400:
-        return "ok"
-    if status == 429:
-        return "shed"
-    if status == 499:
-        return "aborted"
-    if status >= 500:
-        return "server_error"
-    return "client_error"
 
 
 class RequestContextMiddleware:
     """Gives every request an id (the client's ``X-Request-Id`` if sane), echoes it,
-    stamps its arrival, counts its outcome and logs one line when it ends."""
+    stamps its arrival and logs one access line when it ends. The id is only echoed
+    and logged: the engine request and the completion get ids of their own."""
 
-    def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -69,39 +54,24 @@ class RequestContextMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            generation = state.get("generation")
-            if generation is not None:
-                # NOTE: the safety net for a stream whose body never ran (the client
-                # left before the first event): close() is idempotent and aborts the
-                # engine request and frees the slot. Shielded: we may be cancelled.
-                with anyio.CancelScope(shield=True):
-                    await generation.close()
-            self._record(scope, state, status, arrival)
+            _log_access(scope, status, arrival)
             request_id_var.reset(token)
 
-    def _record(self, scope: Scope, state: dict[str, Any], status: int, arrival: float) -> None:
-        path = scope.get("path", "")
-        generation = state.get("generation")
-        outcome = (
-            generation.outcome if generation is not None and status < 400 else _outcome(status)
-        )
-        if state.get("shed"):
-            outcome = "shed"
-        endpoint = _ENDPOINTS.get(path)
-        if endpoint is not None:
-            self.metrics.requests.labels(endpoint=endpoint, outcome=outcome).inc()
-        if path not in ("/metrics", "/health", "/ready") and not path.startswith("/dashboard"):
-            logger.info(
-                "http request",
-                extra={
-                    "event": "http_request",
-                    "method": scope.get("method"),
-                    "path": path,
-                    "status": status,
-                    "outcome": outcome,
-                    "duration_s": round(time.perf_counter() - arrival, 4),
-                },
-            )
+
+def _log_access(scope: Scope, status: int, arrival: float) -> None:
+    path = scope.get("path", "")
+    if path in ("/metrics", "/health", "/ready") or path.startswith("/dashboard"):
+        return
+    logger.info(
+        "http request",
+        extra={
+            "event": "http_request",
+            "method": scope.get("method"),
+            "path": path,
+            "status": status,
+            "duration_s": round(time.perf_counter() - arrival, 4),
+        },
+    )
 
 
 class BodySizeLimitMiddleware:

@@ -1,156 +1,43 @@
-"""OpenAI requests in, engine options out; engine chunks in, OpenAI chunks out."""
+"""Engine output to OpenAI bodies: streamed chunks, or one collected reply.
+
+Chat and text completions differ only in how one choice is written (a ``delta``
+or ``message`` against a ``text``, and their logprobs); ``Formatter`` holds the
+rest: the chunk envelope, the usage chunk, and collecting a reply by choice.
+"""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from engine_worker.api import ChoiceDelta, Engine, SamplingOptions
-from gateway.errors import APIError
-from gateway.generation import PreparedRequest, StreamStats
+from pydantic import BaseModel
+
+from engine_worker.api import ChoiceDelta
 from gateway.protocol import (
+    AssistantMessage,
+    ChatChoice,
+    ChatCompletion,
     ChatCompletionRequest,
     ChatLogprobs,
     ChatTokenLogprob,
+    Completion,
+    CompletionChoice,
     CompletionLogprobs,
     CompletionRequest,
-    ResponseFormat,
     TopLogprob,
     Usage,
 )
 
 
-def _response_format(fmt: ResponseFormat | None) -> dict[str, Any]:
-    if fmt is None or fmt.type == "text":
-        return {}
-    if fmt.type == "json_object":
-        return {"json_object": True}
-    assert fmt.json_schema is not None  # guaranteed by ResponseFormat's validator
-    return {"json_schema": fmt.json_schema.schema_}
-
-
-def _max_tokens(requested: int | None, num_prompt: int, max_model_len: int, limit: int) -> int:
-    if num_prompt == 0:
-        raise APIError(400, "the prompt is empty", param="prompt")
-    room = max_model_len - num_prompt
-    if room <= 0:
-        raise APIError(
-            400,
-            f"the prompt is {num_prompt} tokens, longer than this model's context of "
-            f"{max_model_len} tokens",
-            param="messages",
-            code="context_length_exceeded",
-        )
-    if requested is None:
-        return min(room, limit)
-    if requested > limit:
-        raise APIError(
-            400, f"max_tokens={requested} exceeds the limit of {limit}", param="max_tokens"
-        )
-    if requested > room:
-        raise APIError(
-            400,
-            f"this model's context is {max_model_len} tokens; the prompt takes {num_prompt} "
-            f"and max_tokens asks for {requested} more",
-            param="max_tokens",
-            code="context_length_exceeded",
-        )
-    return requested
-
-
-def _check_model(name: str, engine: Engine) -> None:
-    if name != engine.info.model_name:
-        raise APIError(
-            404,
-            f"the model '{name}' does not exist; this gateway serves '{engine.info.model_name}'",
-            param="model",
-            code="model_not_found",
-        )
-
-
-def _stop(body: ChatCompletionRequest | CompletionRequest) -> tuple[str, ...]:
-    try:
-        return body.stop_list()
-    except ValueError as exc:
-        raise APIError(400, str(exc), param="stop") from exc
-
-
-def _options(
-    body: ChatCompletionRequest | CompletionRequest, max_tokens: int, logprobs: int | None
-) -> SamplingOptions:
-    return SamplingOptions(
-        max_tokens=max_tokens,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        seed=body.seed,
-        stop=_stop(body),
-        presence_penalty=body.presence_penalty,
-        frequency_penalty=body.frequency_penalty,
-        n=body.n,
-        logprobs=logprobs,
-        ignore_eos=body.ignore_eos,
-        **_response_format(body.response_format),
-    )
-
-
-def prepare_chat(
-    body: ChatCompletionRequest, engine: Engine, request_id: str, max_tokens_limit: int
-) -> PreparedRequest:
-    _check_model(body.model, engine)
-    messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-    try:
-        prompt_ids = engine.render_chat(messages)
-    except (ValueError, TypeError, KeyError) as exc:  # template rejected the conversation
-        raise APIError(400, f"cannot render the conversation: {exc}", param="messages") from exc
-    max_tokens = _max_tokens(
-        body.requested_max_tokens(), len(prompt_ids), engine.info.max_model_len, max_tokens_limit
-    )
-    logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    if body.top_logprobs is not None and not body.logprobs:
-        raise APIError(400, "top_logprobs requires logprobs=true", param="top_logprobs")
-    options = _options(body, max_tokens, logprobs)
-    return PreparedRequest(request_id, "chat", prompt_ids, options, body.priority, body.cache_salt)
-
-
-def prepare_completion(
-    body: CompletionRequest, engine: Engine, request_id: str, max_tokens_limit: int
-) -> PreparedRequest:
-    _check_model(body.model, engine)
-    if body.echo:
-        raise APIError(400, "echo is not supported", param="echo")
-    prompt = body.prompt
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
-        if len(prompt) != 1:
-            raise APIError(400, "batched prompts are not supported; send one", param="prompt")
-        prompt = prompt[0]
-    if isinstance(prompt, str):
-        prompt_ids = engine.tokenize(prompt)
-    else:
-        prompt_ids = [int(t) for t in prompt]
-        if any(t < 0 for t in prompt_ids):
-            raise APIError(400, "token ids must be non-negative", param="prompt")
-    max_tokens = _max_tokens(
-        body.max_tokens if body.max_tokens is not None else 16,
-        len(prompt_ids),
-        engine.info.max_model_len,
-        max_tokens_limit,
-    )
-    options = _options(body, max_tokens, body.logprobs)
-    return PreparedRequest(
-        request_id, "completions", prompt_ids, options, body.priority, body.cache_salt
-    )
-
-
-def usage(stats: StreamStats) -> Usage:
-    """The OpenAI usage block of a finished generation."""
+def usage(num_prompt_tokens: int, num_generated_tokens: int) -> Usage:
     return Usage(
-        prompt_tokens=stats.num_prompt_tokens,
-        completion_tokens=stats.total_generated,
-        total_tokens=stats.num_prompt_tokens + stats.total_generated,
+        prompt_tokens=num_prompt_tokens,
+        completion_tokens=num_generated_tokens,
+        total_tokens=num_prompt_tokens + num_generated_tokens,
     )
 
 
-def chat_logprobs(delta: ChoiceDelta) -> ChatLogprobs | None:
+def _chat_logprobs(delta: ChoiceDelta) -> ChatLogprobs | None:
     if delta.logprobs is None:
         return None
     return ChatLogprobs(
@@ -168,7 +55,7 @@ def chat_logprobs(delta: ChoiceDelta) -> ChatLogprobs | None:
     )
 
 
-def completion_logprobs(delta: ChoiceDelta, offset: int) -> CompletionLogprobs | None:
+def _completion_logprobs(delta: ChoiceDelta, offset: int) -> CompletionLogprobs | None:
     if delta.logprobs is None:
         return None
     offsets, position = [], offset
@@ -183,5 +70,137 @@ def completion_logprobs(delta: ChoiceDelta, offset: int) -> CompletionLogprobs |
     )
 
 
-def now_s() -> int:
-    return int(time.time())
+def _finish_reason(deltas: list[ChoiceDelta]) -> str | None:
+    reasons = [d.finish_reason for d in deltas if d.finish_reason is not None]
+    return reasons[-1] if reasons else None
+
+
+class Formatter:
+    """One completion's OpenAI bodies; subclasses write one choice."""
+
+    chunk_object: str
+
+    def __init__(
+        self, body: ChatCompletionRequest | CompletionRequest, completion_id: str, model: str
+    ) -> None:
+        self.id = completion_id
+        self.model = model
+        self.created = int(time.time())
+        self.n = body.n
+        self.stream = body.stream
+        self.include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        self.return_token_ids = body.return_token_ids
+
+    def chunk(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        envelope = {
+            "id": self.id,
+            "object": self.chunk_object,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
+        return envelope | ({"usage": None} if self.include_usage else {}) | extra
+
+    def usage_chunk(self, num_prompt_tokens: int, num_generated_tokens: int) -> dict[str, Any]:
+        return self.chunk([], usage=usage(num_prompt_tokens, num_generated_tokens).model_dump())
+
+    def preamble(self) -> list[dict[str, Any]]:
+        """Chunks sent before the first token."""
+        return []
+
+    def stream_choice(self, delta: ChoiceDelta) -> dict[str, Any]:
+        out = self._stream_choice(delta) | {"finish_reason": delta.finish_reason}
+        return out | ({"token_ids": delta.token_ids} if self.return_token_ids else {})
+
+    def _stream_choice(self, delta: ChoiceDelta) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def reply(self, deltas: list[list[ChoiceDelta]], usage: Usage) -> BaseModel:
+        raise NotImplementedError
+
+
+class ChatFormatter(Formatter):
+    chunk_object = "chat.completion.chunk"
+
+    def preamble(self) -> list[dict[str, Any]]:
+        role = {"role": "assistant", "content": ""}
+        return [
+            self.chunk([{"index": i, "delta": role, "logprobs": None, "finish_reason": None}])
+            for i in range(self.n)
+        ]
+
+    def _stream_choice(self, delta: ChoiceDelta) -> dict[str, Any]:
+        lp = _chat_logprobs(delta)
+        return {
+            "index": delta.index,
+            "delta": {"content": delta.text},
+            "logprobs": None if lp is None else lp.model_dump(),
+        }
+
+    def reply(self, deltas: list[list[ChoiceDelta]], usage: Usage) -> ChatCompletion:
+        choices = []
+        for index, ds in enumerate(deltas):
+            parts = [lp for d in ds if (lp := _chat_logprobs(d)) is not None]
+            logprobs = (
+                ChatLogprobs(content=[t for p in parts for t in p.content or []]) if parts else None
+            )
+            message = AssistantMessage(content="".join(d.text for d in ds))
+            choices.append(
+                ChatChoice(
+                    index=index,
+                    message=message,
+                    logprobs=logprobs,
+                    finish_reason=_finish_reason(ds),
+                )
+            )
+        return ChatCompletion(
+            id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
+        )
+
+
+class CompletionFormatter(Formatter):
+    chunk_object = "text_completion"
+
+    def __init__(self, body: CompletionRequest, completion_id: str, model: str) -> None:
+        super().__init__(body, completion_id, model)
+        self._offsets: dict[int, int] = {}
+
+    def _stream_choice(self, delta: ChoiceDelta) -> dict[str, Any]:
+        offset = self._offsets.get(delta.index, 0)
+        self._offsets[delta.index] = offset + len(delta.text)
+        lp = _completion_logprobs(delta, offset)
+        return {
+            "index": delta.index,
+            "text": delta.text,
+            "logprobs": None if lp is None else lp.model_dump(),
+        }
+
+    def reply(self, deltas: list[list[ChoiceDelta]], usage: Usage) -> Completion:
+        choices = [
+            CompletionChoice(
+                index=index,
+                text="".join(d.text for d in ds),
+                logprobs=self._joined_logprobs(ds),
+                finish_reason=_finish_reason(ds),
+            )
+            for index, ds in enumerate(deltas)
+        ]
+        return Completion(
+            id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
+        )
+
+    @staticmethod
+    def _joined_logprobs(deltas: list[ChoiceDelta]) -> CompletionLogprobs | None:
+        offset, parts = 0, []
+        for d in deltas:
+            if (lp := _completion_logprobs(d, offset)) is not None:
+                parts.append(lp)
+            offset += len(d.text)
+        if not parts:
+            return None
+        return CompletionLogprobs(
+            tokens=[t for p in parts for t in p.tokens],
+            token_logprobs=[t for p in parts for t in p.token_logprobs],
+            top_logprobs=[t for p in parts for t in p.top_logprobs],
+            text_offset=[t for p in parts for t in p.text_offset],
+        )

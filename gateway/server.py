@@ -2,10 +2,11 @@
 
 On the first SIGTERM or SIGINT the gateway stops admitting (``/ready`` and new
 requests answer 503 while the socket stays open), lets streams in flight finish
-for up to ``drain_s``, then stops uvicorn and the engine and exits 0. A second
-signal stops serving at once (an engine still starting is stopped first). If the
-engine core dies, the same drain runs and the process exits 1, so that its
-supervisor restarts it.
+for up to ``drain_s``, ends those still running with an error event, then stops
+uvicorn and the engine and exits 0. A second signal stops serving at once (an
+engine still starting is stopped first). If the engine fails to start, its core
+dies or it hangs (``engine_watch``), the same drain runs and the process exits 1,
+so that its supervisor restarts it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from gateway.settings import Settings
 from gateway.state import GatewayState
 
 logger = logging.getLogger("dlfp.gateway")
+
+CUT_GRACE_S = 5.0
+"""After the drain deadline: how long the cut streams get to send their last events."""
 
 
 class GatewayServer(uvicorn.Server):
@@ -58,19 +62,26 @@ class GatewayServer(uvicorn.Server):
 
     async def _drain(self) -> None:
         self.state.start_draining()
-        deadline = time.monotonic() + self.drain_s
-        while self.state.admission.num_active > 0 and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
+        await self._wait_idle(self.drain_s)
         left = self.state.admission.num_active
+        if left:
+            # The streams still running end with an error event and [DONE].
+            self.state.cut_streams()
+            await self._wait_idle(CUT_GRACE_S)
         logger.info("drain finished", extra={"event": "drain_done", "streams_cut": left})
         self.should_exit = True
+
+    async def _wait_idle(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.state.admission.num_active > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
 
     async def _watch_engine(self) -> None:
         while not self.should_exit:
             await asyncio.sleep(0.5)
             if self._drain_task is not None:
                 continue
-            if self.state.engine_error is not None:  # it never started
+            if self.state.engine_error is not None:  # it never started, or it hung
                 self._begin_drain()
             elif self.state.engine.is_dead:
                 self.state.engine_error = "the engine core died"
@@ -103,7 +114,7 @@ def serve(settings: Settings) -> int:
     """Blocks until stopped: 0 after a clean stop, 1 if the engine failed."""
     configure_logging(settings.log_level)
     device = resolve_device(settings)
-    dlfp = settings.dlfp_config(device)
+    dlfp = settings.dlfp_config(device)  # raises SettingsError: the CLI exits 2
     engine = build_engine(settings, device, dlfp)
     app = create_app(settings, engine, dlfp)
     state: GatewayState = app.state.gateway

@@ -1,25 +1,61 @@
 """Start-up settings: ``DLFP_*`` environment variables, a ``.env`` file, or CLI options.
 
 Every field here is also a ``dlfp-gateway serve`` option (``--max-model-len`` for
-``max_model_len``); the field's docstring is its help text. The DLFP controller
-fields left unset take the per-device defaults of ``DLFPConfig.defaults_for``.
+``max_model_len``); the field's docstring is its help text.
+
+The controller's settings are declared once, in ``DLFPConfig``, and the admission
+limits once, in ``AdmissionLimits``: their fields are copied here (a DLFP field as an
+optional override, unset = the per-device default), with the same types, bounds and
+docstrings, so a field added there is an option and a variable here with no code.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
-from pydantic import Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, ValidationError, create_model
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from engine_worker.dlfp_config import ControllerMode, Device, DLFPConfig, PrefillOrder
+from engine_worker.dlfp_config import Device, DLFPConfig
 from gateway.admission import AdmissionLimits
 
 DLFP_FIELDS = tuple(DLFPConfig.model_fields)
+ADMISSION_FIELDS = tuple(AdmissionLimits.model_fields)
 
 
-class Settings(BaseSettings):
+def _copied_fields(model: type[BaseModel], optional: bool) -> dict[str, Any]:
+    """``model``'s fields for ``create_model``: same type and bounds; ``optional``
+    makes each default to None (unset)."""
+    fields: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        if optional:
+            copy = FieldInfo.merge_field_infos(info, default=None)
+            fields[name] = (Optional[info.annotation], copy)  # noqa: UP045 (a runtime type)
+        else:
+            fields[name] = (info.annotation, FieldInfo.merge_field_infos(info))
+    return fields
+
+
+if TYPE_CHECKING:  # the fields are read by name (getattr); mypy sees plain models
+
+    class _DLFPOverrides(BaseModel): ...
+
+    class _AdmissionFields(BaseModel): ...
+
+else:
+    _DLFPOverrides = create_model("DLFPOverrides", **_copied_fields(DLFPConfig, optional=True))
+    _AdmissionFields = create_model(
+        "AdmissionFields", **_copied_fields(AdmissionLimits, optional=False)
+    )
+
+
+class SettingsError(ValueError):
+    """A setting failed validation; the message is one line naming it."""
+
+
+class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
     """Everything the gateway reads once at start-up."""
 
     model_config = SettingsConfigDict(
@@ -28,6 +64,7 @@ class Settings(BaseSettings):
         extra="ignore",
         use_attribute_docstrings=True,
         validate_default=True,
+        allow_inf_nan=False,
     )
 
     # --- HTTP server ---
@@ -62,39 +99,15 @@ class Settings(BaseSettings):
     max_tokens_limit: int = Field(default=4096, ge=1)
     """Largest max_tokens a request may ask for."""
 
-    # --- DLFP controller (unset = per-device default) ---
-    controller: ControllerMode | None = None
-    """Prefill-cap controller: off, fixed, dlfp or dlfp-ct (default dlfp-ct)."""
-    target_ms: Annotated[float, Field(gt=0, le=60_000)] | Literal["auto"] | None = None
-    """Target duration of a mixed prefill+decode iteration, ms, or auto (the default)."""
-    gain: float | None = Field(default=None, gt=0, le=1)
-    """Controller gain, 0 < gain <= 1."""
-    initial_cap_tokens: int | None = Field(default=None, ge=1)
-    """Prefill cap before the first observation, tokens."""
-    min_cap_tokens: int | None = Field(default=None, ge=1)
-    """Lower bound of the prefill cap, tokens."""
-    max_cap_tokens: int | None = Field(default=None, ge=1)
-    """Upper bound of the prefill cap, tokens."""
-    step_tokens: int | None = Field(default=None, ge=1)
-    """Quantum of the prefill cap, tokens."""
-    fixed_cap_tokens: int | None = Field(default=None, ge=1)
-    """Cap of the fixed controller, tokens."""
-    prefill_order: PrefillOrder | None = None
-    """Which prefills a capped step serves first: fcfs (vLLM's order) or srpf (default)."""
-    feedforward: bool | None = None
-    """dlfp-ct only: size each mixed step from the online cost model (default true)."""
-    ttft_slo_ms: float | None = Field(default=None, gt=0)
-    """Time-to-first-token objective, ms."""
-    itl_slo_ms: float | None = Field(default=None, gt=0)
-    """Inter-token-latency objective, ms."""
+    # --- engine health ---
+    engine_stall_s: float = Field(default=300.0, ge=1)
+    """With requests in the engine and no engine output for this long, the engine counts
+    as hung (like a dead one: /ready 503, 503s, exit 1). Keep it well above the slowest
+    legitimate step: over 60 s has been seen on a CPU without AVX-512 in bf16."""
+    admin_call_timeout_s: float = Field(default=60.0, gt=0)
+    """Longest an /admin call waits for the engine core (it answers between steps); 503 past it."""
 
-    # --- admission control (runtime-tunable through /admin/admission) ---
-    max_concurrent: int = Field(default=32, ge=1)
-    """Most requests streaming at once; more wait in the queue."""
-    max_queue: int = Field(default=128, ge=0)
-    """Most requests waiting for a slot; past it, 429."""
-    max_queue_wait_s: float = Field(default=60.0, gt=0)
-    """Longest wait for a slot; past it, 429."""
+    # --- lifecycle (the admission limits are copied from AdmissionLimits) ---
     drain_s: float = Field(default=30.0, ge=0)
     """On SIGTERM: how long streams in flight may run before the engine stops."""
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
@@ -105,22 +118,51 @@ class Settings(BaseSettings):
     """Bearer token for /admin/*; unset = admin answers only loopback clients."""
     api_keys: str = ""
     """Comma-separated bearer keys that protect /v1/*; empty = open."""
+    priority_api_keys: str = ""
+    """Comma-separated bearer keys allowed priorities below 0; empty = nobody."""
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     """Largest request body accepted, bytes."""
 
     def dlfp_config(self, device: Device) -> DLFPConfig:
-        """The controller settings in force at start: explicit values over device defaults."""
+        """The controller settings in force at start: explicit values over device defaults.
+
+        Raises ``SettingsError`` (one line) if the combination is invalid."""
         explicit = {name: getattr(self, name) for name in DLFP_FIELDS}
         overrides = {name: value for name, value in explicit.items() if value is not None}
         base = DLFPConfig.defaults_for(device).model_dump()
-        return DLFPConfig.model_validate(base | overrides)
+        try:
+            return DLFPConfig.model_validate(base | overrides)
+        except ValidationError as exc:
+            raise SettingsError(describe_error(exc)) from exc
 
     def admission_limits(self) -> AdmissionLimits:
-        return AdmissionLimits(
-            max_concurrent=self.max_concurrent,
-            max_queue=self.max_queue,
-            max_queue_wait_s=self.max_queue_wait_s,
-        )
+        return AdmissionLimits.model_validate({n: getattr(self, n) for n in ADMISSION_FIELDS})
 
     def api_key_set(self) -> frozenset[str]:
-        return frozenset(key.strip() for key in self.api_keys.split(",") if key.strip())
+        return _keys(self.api_keys)
+
+    def priority_key_set(self) -> frozenset[str]:
+        return _keys(self.priority_api_keys)
+
+
+def _keys(text: str) -> frozenset[str]:
+    return frozenset(key.strip() for key in text.split(",") if key.strip())
+
+
+def option_names(name: str) -> str:
+    return f"--{name.replace('_', '-')} / DLFP_{name.upper()}"
+
+
+def describe_error(exc: ValidationError) -> str:
+    """One line naming the first bad setting, its option and variable."""
+    errors = exc.errors()
+    if not errors:
+        return "invalid settings"
+    first = errors[0]
+    loc = [str(part) for part in first.get("loc", ())]
+    message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+    if not loc:
+        return f"invalid settings: {message}"
+    value = first.get("input")
+    shown = "" if isinstance(value, dict) else f" = {value!r}"
+    return f"invalid setting {loc[0]} ({option_names(loc[0])}){shown}: {message}"

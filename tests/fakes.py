@@ -8,6 +8,7 @@ Nothing here stands in for the real engine's behaviour.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -34,6 +35,7 @@ class FakeEngine:
         max_model_len: int = 256,
         delay_s: float = 0.0,
         ready: bool = True,
+        tokenize_delay_s: float = 0.0,
     ) -> None:
         self.info = EngineInfo(model_name, max_model_len, "fake")
         self.delay_s = delay_s
@@ -43,8 +45,13 @@ class FakeEngine:
         self.aborted: list[str] = []
         self.submitted: list[tuple[str, list[int], SamplingOptions, int]] = []
         self.fail_after_tokens: int | None = None
+        self.failure: Exception = EngineDeadError("fake engine died")
+        self.tokenize_delay_s = tokenize_delay_s
+        self.num_tokenized = 0
         self.dlfp_config = DLFPConfig()
         self.num_dlfp_resets = 0
+        self.dlfp_failure: Exception | None = None
+        self.dlfp_delay_s = 0.0
 
     @property
     def is_ready(self) -> bool:
@@ -68,6 +75,13 @@ class FakeEngine:
         return self.tokenize(text)
 
     def tokenize(self, text: str) -> list[int]:
+        """Blocks for ``tokenize_delay_s``, and refuses what the real tokenizer refuses."""
+        self.num_tokenized += 1
+        time.sleep(self.tokenize_delay_s)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise TypeError("TextEncodeInput must be Union[TextInputSequence, ...]") from None
         return [ord(ch) % 1000 for ch in text]
 
     async def submit(
@@ -93,10 +107,10 @@ class FakeEngine:
         try:
             for i in range(options.max_tokens):
                 await asyncio.sleep(self.delay_s)
-                if self._dead or (
-                    self.fail_after_tokens is not None and i >= self.fail_after_tokens
-                ):
+                if self._dead:
                     raise EngineDeadError("fake engine died")
+                if self.fail_after_tokens is not None and i >= self.fail_after_tokens:
+                    raise self.failure
                 last = i == options.max_tokens - 1
                 word = WORDS[i % len(WORDS)]
                 choices = [
@@ -122,11 +136,17 @@ class FakeEngine:
         self.running.discard(request_id)
 
     async def get_dlfp_state(self) -> dict[str, Any]:
+        await asyncio.sleep(self.dlfp_delay_s)
+        if self.dlfp_failure is not None:
+            raise self.dlfp_failure
         config = self.dlfp_config
         target_ms = 0.6 * config.itl_slo_ms if config.target_ms == "auto" else config.target_ms
         return {"cap_tokens": config.initial_cap_tokens, "num_updates": 0, "target_ms": target_ms}
 
     async def apply_dlfp_config(self, config: DLFPConfig) -> dict[str, Any]:
+        await asyncio.sleep(self.dlfp_delay_s)
+        if self.dlfp_failure is not None:
+            raise self.dlfp_failure
         self.dlfp_config = config
         return await self.get_dlfp_state()
 

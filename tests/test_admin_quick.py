@@ -75,3 +75,35 @@ async def test_valid_patch_and_put_apply_and_count() -> None:
         metrics = (await client.get("/metrics")).text
         assert "dlfp_admin_changes_total 2.0" in metrics
         assert "dlfp_controller_target_seconds 0.15" in metrics
+
+
+async def test_admin_values_must_be_finite_and_above_their_floors() -> None:
+    async with fake_client(admin_token="s3cret") as (client, _app, engine):
+        before = (await client.get("/admin/dlfp", headers=AUTH)).json()["settings"]
+        json_headers = AUTH | {"content-type": "application/json"}
+        for raw in (b'{"ttft_slo_ms": Infinity}', b'{"itl_slo_ms": NaN}', b'{"gain": NaN}'):
+            r = await client.patch("/admin/dlfp", content=raw, headers=json_headers)
+            assert r.status_code == 422, (raw, r.text)
+        for patch in (
+            {"ttft_slo_ms": 0.001},
+            {"itl_slo_ms": 0.5},
+            {
+                "step_tokens": 1,
+                "min_cap_tokens": 1,
+                "initial_cap_tokens": 1,
+                "fixed_cap_tokens": 1,
+                "max_cap_tokens": 1,
+            },
+            {"min_cap_tokens": 1, "step_tokens": 1},
+            {"gain": 0.0001},
+        ):
+            r = await client.patch("/admin/dlfp", json=patch, headers=AUTH)
+            assert r.status_code == 422, (patch, r.text)
+        r = await client.patch(
+            "/admin/admission", content=b'{"max_queue_wait_s": Infinity}', headers=json_headers
+        )
+        assert r.status_code == 422
+        after = (await client.get("/admin/dlfp", headers=AUTH)).json()["settings"]
+        assert after == before and engine.dlfp_config.model_dump(mode="json") == before
+        r = await client.put("/admin/dlfp", json=after, headers=AUTH)  # GET's view round-trips
+        assert r.status_code == 200

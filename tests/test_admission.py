@@ -95,20 +95,33 @@ async def test_cancel_after_grant_passes_slot_on() -> None:
 async def test_slo_check_turns_away_predicted_misses() -> None:
     clock = FakeClock()
     admission = Admission(AdmissionLimits(max_concurrent=8, min_slo_samples=2), clock=clock)
-    for _ in range(3):  # measure: 1,000 prompt tokens prefilled per second
-        async with admission.slot(prefill_tokens=1000, ttft_slo_s=100) as ticket:
-            clock.now += 1.0
+    for tokens in (100, 2000, 100, 2000):  # measure: 0.2 s per request + 1 ms per token
+        async with admission.slot(prefill_tokens=tokens, ttft_slo_s=100) as ticket:
+            clock.now += 0.2 + tokens / 1000
             ticket.first_token()
-    assert admission.prefill_rate.value == pytest.approx(1000.0)
+    assert admission.ttft_estimate.fixed_s == pytest.approx(0.2, rel=0.05)
+    assert admission.ttft_estimate.per_token_s == pytest.approx(0.001, rel=0.05)
     async with admission.slot(prefill_tokens=3000, ttft_slo_s=100):
-        # 3,000 tokens pending ahead + 2,000 of its own = 5 s > a 4 s objective.
-        assert admission.predicted_ttft_s(2000, 0) == pytest.approx(5.0)
+        # 3,000 tokens pending ahead + 2,000 of its own = 0.2 + 5 s > a 4 s objective.
+        assert admission.predicted_ttft_s(2000, 0) == pytest.approx(5.2, rel=0.05)
         with pytest.raises(AdmissionRejected) as slo:
             async with admission.slot(prefill_tokens=2000, ttft_slo_s=4.0):
                 pass
         assert slo.value.reason == "slo"
         async with admission.slot(prefill_tokens=500, ttft_slo_s=4.0):
             pass
+
+
+async def test_idle_gateway_admits_a_max_context_prompt_after_short_chats() -> None:
+    """Fixed per-request latency is not prefill time (it once predicted 41 s here)."""
+    clock = FakeClock()
+    admission = Admission(AdmissionLimits(max_concurrent=8, min_slo_samples=2), clock=clock)
+    for _ in range(20):  # short chats: 30 tokens, 0.3 s to the first token (GPU-like)
+        async with admission.slot(prefill_tokens=30, ttft_slo_s=2.0) as ticket:
+            clock.now += 0.3
+            ticket.first_token()
+    async with admission.slot(prefill_tokens=4096, ttft_slo_s=2.0):
+        pass
 
 
 async def test_draining_refuses_new_and_queued() -> None:

@@ -5,6 +5,7 @@ Each test starts a gateway of its own (it ends the process), on the tiny model.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -22,7 +23,7 @@ from tests.http_helpers import sse_data, sse_json
 pytestmark = pytest.mark.engine
 
 
-def _own_server(name: str, model_dir: Path) -> Server:
+def _own_server(name: str, model_dir: Path, **env: str) -> Server:
     return start_server(
         name,
         {
@@ -32,8 +33,19 @@ def _own_server(name: str, model_dir: Path) -> Server:
             "DLFP_DEVICE": "cpu",
             "DLFP_KV_CACHE_GIB": "1",
             "DLFP_DRAIN_S": "60",
-        },
+        }
+        | env,
     )
+
+
+def _engine_cores(server: Server) -> list[psutil.Process]:
+    children = psutil.Process(server.process.pid).children(recursive=True)
+    return [p for p in children if "EngineCore" in " ".join([p.name(), *p.cmdline()])]
+
+
+def _ends_with_error_then_done(text: str) -> bool:
+    data = sse_data(text)
+    return len(data) >= 2 and data[-1] == "[DONE]" and '"error"' in data[-2]
 
 
 def _stream_in_thread(
@@ -109,7 +121,7 @@ def test_engine_death_fails_fast_and_exits_nonzero(tiny_model_dir: Path) -> None
         assert not worker.is_alive() and time.monotonic() - killed_at < 30
         assert out.get("status") == 200
         events = sse_json(out["text"])
-        assert "error" in events[-1] and "[DONE]" not in sse_data(out["text"])
+        assert "error" in events[-1] and sse_data(out["text"])[-1] == "[DONE]"
         assert server.process.wait(120) != 0
         assert '"event":"engine_dead"' in server.log()
     finally:
@@ -144,4 +156,56 @@ def test_two_signals_during_engine_start_leave_no_engine_process(tiny_model_dir:
         _, alive = psutil.wait_procs(cores, timeout=30)
         assert alive == [], [p.pid for p in alive]
     finally:
+        stop_server(server)
+
+
+def test_drain_deadline_cuts_streams_with_an_error_event(tiny_model_dir: Path) -> None:
+    server = _own_server("drain-cut-gateway", tiny_model_dir, DLFP_DRAIN_S="2")
+    try:
+        out: dict[str, Any] = {}
+        started = threading.Event()
+        worker = threading.Thread(target=_stream_in_thread, args=(server, 3500, out, started))
+        worker.start()
+        assert started.wait(120)
+        server.process.send_signal(signal.SIGTERM)
+        worker.join(60)
+        assert not worker.is_alive() and out.get("status") == 200, out
+        assert _ends_with_error_then_done(out["text"]), out["text"][-400:]
+        assert server.process.wait(120) == 0
+        assert '"streams_cut":1' in server.log()
+    finally:
+        stop_server(server)
+
+
+def test_hung_engine_is_noticed_and_exits_nonzero(tiny_model_dir: Path) -> None:
+    """A real hang: the engine-core process is stopped (SIGSTOP) under a running stream."""
+    server = _own_server("hung-gateway", tiny_model_dir, DLFP_ENGINE_STALL_S="4", DLFP_DRAIN_S="3")
+    cores: list[psutil.Process] = []
+    try:
+        out: dict[str, Any] = {}
+        started = threading.Event()
+        worker = threading.Thread(target=_stream_in_thread, args=(server, 3500, out, started))
+        worker.start()
+        assert started.wait(120)
+        cores = _engine_cores(server)
+        assert cores
+        for proc in cores:
+            proc.suspend()
+        deadline = time.monotonic() + 30
+        while '"event":"engine_hung"' not in server.log() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert '"event":"engine_hung"' in server.log()
+        with httpx.Client(base_url=server.base_url, timeout=30) as client:
+            assert client.get("/ready").status_code == 503
+            refused = client.post("/v1/chat/completions", json=chat_body("hello", 4))
+            assert refused.status_code == 503
+        worker.join(60)
+        assert not worker.is_alive() and _ends_with_error_then_done(out["text"])
+        for proc in cores:
+            proc.resume()  # so that the engine can be shut down cleanly
+        assert server.process.wait(120) != 0
+    finally:
+        for proc in cores:
+            with contextlib.suppress(psutil.Error):
+                proc.resume()
         stop_server(server)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import random
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -179,3 +182,81 @@ def test_schemathesis_finds_no_500(gateway_server: Server) -> None:
         )
         fuzz()
     assert failures == []
+
+
+def test_disconnect_aborts_a_non_streamed_request(gateway_server: Server) -> None:
+    """The client of a long non-streamed request leaves: the engine stops it at once."""
+    body = chat_body("Tell me everything about the station.", 4000, n=8)
+
+    async def leave_early() -> None:
+        async with httpx.AsyncClient(base_url=gateway_server.base_url, timeout=300) as client:
+            call = asyncio.create_task(client.post("/v1/chat/completions", json=body))
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+                if metric_sum(metrics(gateway_server), "vllm:num_requests_running") > 0:
+                    break
+            call.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await call
+
+    asyncio.run(leave_early())
+    left_at = time.monotonic()
+    m = wait_idle(gateway_server, timeout_s=10)
+    assert metric_sum(m, "vllm:num_requests_running") == 0
+    assert m["dlfp_active_requests"] == 0
+    # 8 x 4,000 tokens take about a minute here: only an abort frees the engine this soon.
+    assert time.monotonic() - left_at < 10.5
+
+
+def test_same_request_id_twice_both_complete(gateway_server: Server) -> None:
+    headers = {"X-Request-Id": "same-id-twice"}
+    body = chat_body("Tell me about the rain.", 64)
+
+    async def both() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=gateway_server.base_url, timeout=300) as client:
+            return await asyncio.gather(
+                client.post("/v1/chat/completions", json=body, headers=headers),
+                client.post("/v1/chat/completions", json=body, headers=headers),
+            )
+
+    replies = asyncio.run(both())
+    assert [r.status_code for r in replies] == [200, 200], [r.text for r in replies]
+    assert [r.json()["usage"]["completion_tokens"] for r in replies] == [64, 64]
+    assert [r.headers["x-request-id"] for r in replies] == ["same-id-twice"] * 2
+    assert replies[0].json()["id"] != replies[1].json()["id"]
+
+
+def test_bad_text_is_400_on_the_real_tokenizer(gateway_server: Server) -> None:
+    raw = json.dumps({"model": TINY_MODEL_NAME, "prompt": "a\ud800b", "max_tokens": 2})
+    r = httpx.post(
+        gateway_server.base_url + "/v1/completions",
+        content=raw.encode(),
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
+
+
+def test_template_and_tokenizer_errors_are_invalid_requests(tiny_model_dir: Path) -> None:
+    """VLLMEngine maps the template's TemplateError and the tokenizer's TypeError to
+    InvalidRequestError (400), on the real tokenizer (no engine needed)."""
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from engine_worker.api import InvalidRequestError
+    from engine_worker.dlfp_config import DLFPConfig
+    from engine_worker.engine import EngineSpec, VLLMEngine
+
+    spec = EngineSpec(str(tiny_model_dir), "tiny", "cpu", 256, 256, 4, "float32", DLFPConfig())
+    engine = VLLMEngine(spec)
+    engine._llm = SimpleNamespace(errored=False)
+    engine._tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    engine._tokenizer.chat_template = "{{ raise_exception('no user message') }}"
+    with pytest.raises(InvalidRequestError) as template:
+        engine.render_chat([{"role": "system", "content": "hi"}])
+    assert template.value.param == "messages"
+    with pytest.raises(InvalidRequestError) as surrogate:
+        engine.tokenize("a\ud800b")
+    assert surrogate.value.param == "prompt"

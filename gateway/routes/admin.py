@@ -7,12 +7,15 @@ controller's state: every GET reads it from the engine core.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Annotated, Any
+from collections.abc import Awaitable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Body, Query, Request
 from pydantic import ValidationError
 
+from engine_worker.api import EngineDeadError, EngineNotReadyError, InvalidRequestError
 from engine_worker.dlfp_config import DLFPConfig
 from gateway.admission import AdmissionLimits
 from gateway.deps import AdminDep, GatewayDep
@@ -42,6 +45,30 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+_T = TypeVar("_T")
+
+
+async def _engine_call(gateway: GatewayState, call: Awaitable[_T]) -> _T:
+    """An engine-core call with ``admin_call_timeout_s``; any failure of it is a 503.
+
+    NOTE: a call that timed out may still run in the engine core later (it answers
+    between steps); GET shows what the scheduler runs with as ``settings_in_engine``."""
+    timeout_s = gateway.settings.admin_call_timeout_s
+    try:
+        return await asyncio.wait_for(call, timeout_s)
+    except TimeoutError as exc:
+        raise APIError(
+            503,
+            f"the engine core did not answer within {timeout_s:g} s",
+            code="engine_timeout",
+            headers={"Retry-After": "5"},
+        ) from exc
+    except (APIError, InvalidRequestError, EngineDeadError, EngineNotReadyError):
+        raise
+    except Exception as exc:  # e.g. a failed utility call in the engine core
+        raise APIError(503, f"the engine core call failed: {exc}", code="engine_error") from exc
+
+
 def _invalid(exc: ValidationError) -> APIError:
     first = exc.errors()[0] if exc.errors() else {"msg": "invalid settings", "loc": ()}
     param = ".".join(str(p) for p in first.get("loc", ())) or None
@@ -53,7 +80,9 @@ def _invalid(exc: ValidationError) -> APIError:
 
 async def _snapshot(gateway: GatewayState, state: dict[str, Any] | None = None) -> dict[str, Any]:
     gateway.check_engine()
-    live = state if state is not None else await gateway.engine.get_dlfp_state()
+    live = (
+        state if state is not None else await _engine_call(gateway, gateway.engine.get_dlfp_state())
+    )
     return {
         "settings": gateway.dlfp.model_dump(mode="json"),
         "state": {key: live.get(key) for key in STATE_KEYS}
@@ -74,7 +103,7 @@ async def _apply(
     gateway: GatewayState, new: DLFPConfig, who: str, request: Request
 ) -> dict[str, Any]:
     old = gateway.dlfp
-    state = await gateway.engine.apply_dlfp_config(new)
+    state = await _engine_call(gateway, gateway.engine.apply_dlfp_config(new))
     gateway.dlfp = new
     changed = {
         key: {"old": value, "new": getattr(new, key)}
@@ -146,7 +175,7 @@ async def reset_dlfp(gateway: GatewayDep, who: AdminDep, request: Request) -> di
     """
     gateway.check_engine()
     async with gateway.dlfp_lock:
-        state = await gateway.engine.reset_dlfp()
+        state = await _engine_call(gateway, gateway.engine.reset_dlfp())
     gateway.metrics.admin_changes.inc()
     logger.info(
         "dlfp controller reset",
@@ -163,7 +192,8 @@ def _admission_view(gateway: GatewayState) -> dict[str, Any]:
             "num_active": a.num_active,
             "num_queued": a.num_queued,
             "draining": a.draining,
-            "prefill_tokens_per_s": a.prefill_rate.value,
+            "prefill_tokens_per_s": a.ttft_estimate.tokens_per_s(),
+            "fixed_latency_s": a.ttft_estimate.fixed_s,
             "requests_per_s": a.service_rate.value,
             "retry_after_s": a.retry_after_s(),
         },
@@ -213,5 +243,5 @@ async def get_dlfp_steps(
 ) -> dict[str, Any]:
     """Per-step telemetry from the scheduler (a ring buffer of recent steps)."""
     gateway.check_engine()
-    steps = await gateway.engine.get_dlfp_steps(since)
+    steps = await _engine_call(gateway, gateway.engine.get_dlfp_steps(since))
     return {"steps": steps, "next": (steps[-1]["step_index"] + 1) if steps else since}

@@ -1,0 +1,216 @@
+"""A completion request's whole life, owned here and nowhere else.
+
+``Completions.run(input)`` takes a schema-valid OpenAI body through:
+
+1. the cheap checks: readiness and draining, the right to a priority below 0, the
+   model, the concurrency and queue-full refusals, a prompt too long by its size alone;
+2. templating and tokenizing, off the event loop (a body may be 1 MiB);
+3. admission, whose SLO check needs the token count, raced against the client leaving;
+4. submission under the gateway's own unique id (``X-Request-Id`` is only echoed
+   and logged: two clients may send the same one);
+5. a ``MeasuredStream``, whose one ``aclose()`` aborts the engine request if it is
+   unfinished, frees the slot and records the outcome, the metrics and the log line.
+
+A non-streamed reply is collected while watching for the client leaving and for the
+drain deadline; a stream that fails, or is cut at the drain deadline, ends with an
+OpenAI error event and ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+
+from fastapi import Request
+from fastapi.responses import Response
+from pydantic import BaseModel
+
+from engine_worker.api import ChoiceDelta, EngineDeadError
+from gateway.admission import AdmissionRejected, ClientDisconnected, Ticket
+from gateway.auth import bearer_token, key_matches
+from gateway.errors import APIError, outcome_of
+from gateway.measured_stream import MeasuredStream
+from gateway.openai_format import Formatter, usage
+from gateway.openai_request import EndpointInput
+from gateway.sse import DONE, event, sse_response
+from gateway.state import GatewayState
+
+MAX_PRIORITY = 1000
+
+
+class Completions:
+    """One request's lifecycle; FastAPI builds one per request (``deps.CompletionsDep``)."""
+
+    def __init__(self, gateway: GatewayState, request: Request) -> None:
+        self.gateway = gateway
+        self.request = request
+
+    async def run(self, given: EndpointInput) -> Response | BaseModel:
+        try:
+            stream, fmt = await self._start(given)
+        except BaseException as exc:
+            self._refused(given.endpoint, exc)
+            raise
+        if fmt.stream:
+            return self._stream_response(stream, fmt)
+        return await self._reply(stream, fmt)
+
+    # --- before the engine ---
+
+    async def _start(self, given: EndpointInput) -> tuple[MeasuredStream, Formatter]:
+        gateway, engine = self.gateway, self.gateway.engine
+        gateway.check_serving()
+        priority = self._priority(given.body.priority)
+        given.check(engine)
+        gateway.admission.check_capacity()
+        given.check_size(engine)
+        prompt_ids = await asyncio.to_thread(given.prompt_ids, engine)
+        options = given.options(
+            len(prompt_ids), engine.info.max_model_len, gateway.settings.max_tokens_limit
+        )
+        stack = AsyncExitStack()
+        ticket = await self._admit(len(prompt_ids), priority, stack)
+        completion_id = f"{given.id_prefix}-{uuid.uuid4().hex}"
+        stream = MeasuredStream(
+            gateway, given.endpoint, completion_id, self.request.state.arrival_s, ticket, stack
+        )
+        await stream.submit(prompt_ids, options, priority, given.body.cache_salt)
+        return stream, given.formatter(completion_id, engine.info.model_name)
+
+    def _priority(self, body_priority: int) -> int:
+        """X-Priority, else the body's ``priority``; lower is served first. Below 0 needs
+        a key listed in ``DLFP_PRIORITY_API_KEYS``."""
+        value = body_priority
+        header = self.request.headers.get("x-priority")
+        if header is not None:
+            try:
+                value = int(header)
+            except ValueError:
+                raise APIError(400, "X-Priority must be an integer", param="X-Priority") from None
+            if not -MAX_PRIORITY <= value <= MAX_PRIORITY:
+                raise APIError(
+                    400,
+                    f"X-Priority must lie within [-{MAX_PRIORITY}, {MAX_PRIORITY}]",
+                    param="X-Priority",
+                )
+        keys = self.gateway.settings.priority_key_set()
+        if value < 0 and not key_matches(bearer_token(self.request), keys):
+            raise APIError(
+                403,
+                "a priority below 0 needs an API key listed in DLFP_PRIORITY_API_KEYS",
+                param="priority",
+                code="forbidden",
+            )
+        return value
+
+    async def _admit(self, num_prompt_tokens: int, priority: int, stack: AsyncExitStack) -> Ticket:
+        """Wait for a slot, unless the client leaves first (then the slot is never taken)."""
+        gateway = self.gateway
+        slot = gateway.admission.slot(
+            prefill_tokens=num_prompt_tokens,
+            priority=priority,
+            ttft_slo_s=gateway.dlfp.ttft_slo_ms / 1000,
+        )
+        gateway.metrics.queued_requests.inc()
+        acquire = asyncio.ensure_future(stack.enter_async_context(slot))
+        left = asyncio.ensure_future(_until_disconnected(self.request))
+        try:
+            await asyncio.wait({acquire, left}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gateway.metrics.queued_requests.dec()
+            left.cancel()
+        if not acquire.done():
+            acquire.cancel()
+            with contextlib.suppress(asyncio.CancelledError, AdmissionRejected):
+                await acquire
+            await stack.aclose()
+            raise ClientDisconnected()
+        ticket = acquire.result()
+        gateway.metrics.queue.observe(ticket.queue_s)
+        return ticket
+
+    def _refused(self, endpoint: str, exc: BaseException) -> None:
+        """A request that never reached the engine: its outcome, once."""
+        metrics = self.gateway.metrics
+        if isinstance(exc, AdmissionRejected):
+            metrics.admission_rejections.labels(reason=exc.reason).inc()
+        metrics.requests.labels(endpoint=endpoint, outcome=outcome_of(exc)).inc()
+
+    # --- after submission ---
+
+    async def _reply(self, stream: MeasuredStream, fmt: Formatter) -> BaseModel:
+        """Collect the whole reply, unless the client leaves or the drain deadline passes."""
+        collect = asyncio.ensure_future(_collect(stream, fmt.n))
+        left = asyncio.ensure_future(_until_disconnected(self.request))
+        cut = asyncio.ensure_future(self.gateway.streams_cut.wait())
+        try:
+            done, _ = await asyncio.wait({collect, left, cut}, return_when=asyncio.FIRST_COMPLETED)
+            if collect in done:
+                deltas = collect.result()
+                return fmt.reply(deltas, usage(stream.num_prompt_tokens, stream.num_generated))
+            if left in done:
+                raise ClientDisconnected()
+            stream.outcome = "server_error"
+            raise APIError(
+                503, "the gateway stopped before the reply was complete", code="engine_unavailable"
+            )
+        except EngineDeadError as exc:
+            raise APIError(503, f"the engine failed: {exc}", code="engine_error") from exc
+        finally:
+            for task in (collect, left, cut):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await collect
+            await stream.aclose()
+
+    def _stream_response(self, stream: MeasuredStream, fmt: Formatter) -> Response:
+        def on_cut() -> list[bytes]:
+            stream.outcome = "server_error"
+            error = APIError(503, "the gateway is shutting down", code="engine_unavailable")
+            return [event(error.body()), DONE]
+
+        return sse_response(
+            _events(stream, fmt),
+            self.gateway.keepalive_s,
+            on_close=stream.aclose,
+            cut=self.gateway.streams_cut,
+            on_cut=on_cut,
+        )
+
+
+async def _collect(stream: MeasuredStream, n: int) -> list[list[ChoiceDelta]]:
+    by_choice: list[list[ChoiceDelta]] = [[] for _ in range(n)]
+    async for chunk in stream.chunks():
+        for delta in chunk.choices:
+            by_choice[delta.index].append(delta)
+    return by_choice
+
+
+async def _events(stream: MeasuredStream, fmt: Formatter) -> AsyncIterator[bytes]:
+    """One event per engine delta that carries tokens or a finish reason."""
+    try:
+        for chunk in fmt.preamble():
+            yield event(chunk)
+        async for output in stream.chunks():
+            for delta in output.choices:
+                if delta.token_ids or delta.finish_reason is not None:
+                    yield event(fmt.chunk([fmt.stream_choice(delta)]))
+        if fmt.include_usage:
+            yield event(fmt.usage_chunk(stream.num_prompt_tokens, stream.num_generated))
+    except Exception as exc:  # any engine failure: the client must see the stream end
+        status = 503 if isinstance(exc, EngineDeadError) else 500
+        error = APIError(status, f"the engine failed during the stream: {exc}", code="engine_error")
+        yield event(error.body())
+    finally:
+        await stream.aclose()
+    yield DONE
+
+
+async def _until_disconnected(request: Request) -> None:
+    # NOTE: the body has been read by now, so the next ASGI message is the
+    # disconnect; servers repeat it to later listeners such as StreamingResponse.
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

@@ -1,0 +1,217 @@
+"""OpenAI requests in, engine inputs out: the prompt's token ids and the sampling options.
+
+``ChatInput`` and ``CompletionInput`` differ only in how the prompt is read and in
+their defaults; the checks and the option mapping are shared. ``prompt_ids`` is
+slow on a big body (templating, tokenizing): the lifecycle runs it off the event loop.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Generic, TypeVar
+
+from engine_worker.api import Engine, SamplingOptions
+from gateway.errors import APIError
+from gateway.openai_format import ChatFormatter, CompletionFormatter, Formatter
+from gateway.protocol import ChatCompletionRequest, CompletionRequest, ResponseFormat
+
+# NOTE: the proof that a prompt is too long from its size alone assumes no token
+# covers more bytes than the vocabulary's longest entry; the factor 2 leaves room
+# for a normalizer that shortens text (NFC composition at most halves it).
+_NORMALIZATION_SLACK = 2
+
+
+def _response_format(fmt: ResponseFormat | None) -> dict[str, Any]:
+    if fmt is None or fmt.type == "text":
+        return {}
+    if fmt.type == "json_object":
+        return {"json_object": True}
+    if fmt.json_schema is None:  # ResponseFormat's validator forbids it
+        raise APIError(400, "response_format.json_schema is required", param="response_format")
+    return {"json_schema": fmt.json_schema.schema_}
+
+
+def context_exceeded(
+    num_prompt: int, max_model_len: int, param: str, at_least: bool = False
+) -> APIError:
+    size = f"at least {num_prompt}" if at_least else str(num_prompt)
+    return APIError(
+        400,
+        f"the prompt is {size} tokens, longer than this model's context of {max_model_len} tokens",
+        param=param,
+        code="context_length_exceeded",
+    )
+
+
+def _max_tokens(requested: int | None, num_prompt: int, max_model_len: int, limit: int) -> int:
+    if num_prompt == 0:
+        raise APIError(400, "the prompt is empty", param="prompt")
+    room = max_model_len - num_prompt
+    if room <= 0:
+        raise context_exceeded(num_prompt, max_model_len, "messages")
+    if requested is None:
+        return min(room, limit)
+    if requested > limit:
+        raise APIError(
+            400, f"max_tokens={requested} exceeds the limit of {limit}", param="max_tokens"
+        )
+    if requested > room:
+        raise APIError(
+            400,
+            f"this model's context is {max_model_len} tokens; the prompt takes {num_prompt} "
+            f"and max_tokens asks for {requested} more",
+            param="max_tokens",
+            code="context_length_exceeded",
+        )
+    return requested
+
+
+def _check_text(text: str, param: str) -> None:
+    """A lone surrogate (legal in JSON, not in UTF-8) cannot be tokenized."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise APIError(400, f"the text is not valid Unicode: {exc.reason}", param=param) from exc
+
+
+BodyT = TypeVar("BodyT", ChatCompletionRequest, CompletionRequest)
+
+
+class _Input(Generic[BodyT]):
+    """What the two endpoints share: checks and the option mapping."""
+
+    endpoint: str
+    id_prefix: str
+    prompt_param = "prompt"
+    body: BodyT
+
+    def check(self, engine: Engine) -> None:
+        """The cheap checks, before anything is tokenized."""
+        name = self.body.model
+        if name != engine.info.model_name:
+            raise APIError(
+                404,
+                f"the model '{name}' does not exist; this gateway serves "
+                f"'{engine.info.model_name}'",
+                param="model",
+                code="model_not_found",
+            )
+
+    def check_size(self, engine: Engine) -> None:
+        """Refuse, before tokenizing, a prompt whose size alone proves it too long."""
+        max_token_bytes = engine.info.extra.get("max_token_bytes")
+        if not isinstance(max_token_bytes, int) or max_token_bytes <= 0:
+            return
+        min_tokens = math.ceil(self.prompt_bytes() / (max_token_bytes * _NORMALIZATION_SLACK))
+        if min_tokens >= engine.info.max_model_len:
+            limit = engine.info.max_model_len
+            raise context_exceeded(min_tokens, limit, self.prompt_param, at_least=True)
+
+    def prompt_bytes(self) -> int:
+        raise NotImplementedError
+
+    def prompt_ids(self, engine: Engine) -> list[int]:
+        raise NotImplementedError
+
+    def requested_max_tokens(self) -> int | None:
+        return self.body.requested_max_tokens()
+
+    def logprobs(self) -> int | None:
+        raise NotImplementedError
+
+    def options(self, num_prompt: int, max_model_len: int, limit: int) -> SamplingOptions:
+        body = self.body
+        try:
+            stop = body.stop_list()
+        except ValueError as exc:
+            raise APIError(400, str(exc), param="stop") from exc
+        return SamplingOptions(
+            max_tokens=_max_tokens(self.requested_max_tokens(), num_prompt, max_model_len, limit),
+            temperature=body.temperature,
+            top_p=body.top_p,
+            seed=body.seed,
+            stop=stop,
+            presence_penalty=body.presence_penalty,
+            frequency_penalty=body.frequency_penalty,
+            n=body.n,
+            logprobs=self.logprobs(),
+            ignore_eos=body.ignore_eos,
+            **_response_format(body.response_format),
+        )
+
+    def formatter(self, completion_id: str, model: str) -> Formatter:
+        raise NotImplementedError
+
+
+class ChatInput(_Input[ChatCompletionRequest]):
+    endpoint = "chat"
+    id_prefix = "chatcmpl"
+    prompt_param = "messages"
+
+    def __init__(self, body: ChatCompletionRequest) -> None:
+        self.body = body
+        self.messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+
+    def check(self, engine: Engine) -> None:
+        super().check(engine)
+        if self.body.top_logprobs is not None and not self.body.logprobs:
+            raise APIError(400, "top_logprobs requires logprobs=true", param="top_logprobs")
+        for message in self.messages:
+            _check_text(message["content"], "messages")
+
+    def prompt_bytes(self) -> int:
+        return sum(len(m["content"].encode()) for m in self.messages)
+
+    def prompt_ids(self, engine: Engine) -> list[int]:
+        return engine.render_chat(self.messages)
+
+    def logprobs(self) -> int | None:
+        return (self.body.top_logprobs or 0) if self.body.logprobs else None
+
+    def formatter(self, completion_id: str, model: str) -> Formatter:
+        return ChatFormatter(self.body, completion_id, model)
+
+
+class CompletionInput(_Input[CompletionRequest]):
+    endpoint = "completions"
+    id_prefix = "cmpl"
+
+    def __init__(self, body: CompletionRequest) -> None:
+        self.body = body
+        prompt = body.prompt
+        self.num_prompts = 1
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+            self.num_prompts = len(prompt)
+            prompt = prompt[0]
+        self.prompt: str | list[int] = prompt  # type: ignore[assignment]
+
+    def check(self, engine: Engine) -> None:
+        super().check(engine)
+        if self.num_prompts != 1:
+            raise APIError(400, "batched prompts are not supported; send one", param="prompt")
+        if self.body.echo:
+            raise APIError(400, "echo is not supported", param="echo")
+        if isinstance(self.prompt, str):
+            _check_text(self.prompt, "prompt")
+        elif any(t < 0 for t in self.prompt):
+            raise APIError(400, "token ids must be non-negative", param="prompt")
+
+    def prompt_bytes(self) -> int:
+        return len(self.prompt.encode()) if isinstance(self.prompt, str) else 0
+
+    def prompt_ids(self, engine: Engine) -> list[int]:
+        if isinstance(self.prompt, str):
+            return engine.tokenize(self.prompt)
+        return [int(t) for t in self.prompt]
+
+    def requested_max_tokens(self) -> int | None:
+        return self.body.max_tokens if self.body.max_tokens is not None else 16
+
+    def logprobs(self) -> int | None:
+        return self.body.logprobs
+
+    def formatter(self, completion_id: str, model: str) -> Formatter:
+        return CompletionFormatter(self.body, completion_id, model)
+
+
+EndpointInput = ChatInput | CompletionInput

@@ -1,0 +1,60 @@
+"""Settings declared once: the controller's and admission's fields are derived, and a bad
+value stops ``serve`` with status 2 and one line (quick tier)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine_worker.dlfp_config import DLFPConfig
+from gateway.admission import AdmissionLimits
+from gateway.cli import build_parser, main
+from gateway.settings import Settings
+
+
+def test_controller_and_admission_fields_are_derived() -> None:
+    for name, field in DLFPConfig.model_fields.items():
+        assert name in Settings.model_fields
+        assert Settings.model_fields[name].get_default() is None  # unset = per-device default
+        assert Settings.model_fields[name].description == field.description
+    for name, field in AdmissionLimits.model_fields.items():
+        assert Settings.model_fields[name].get_default() == field.get_default()
+    help_text = build_parser().format_help()
+    assert "serve" in help_text
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "named"),
+    [
+        (["--target-ms", "-5"], {}, "target_ms"),
+        (["--gain", "nan"], {}, "gain"),
+        (["--max-concurrent", "0"], {}, "max_concurrent"),
+        ([], {"DLFP_TTFT_SLO_MS": "inf"}, "ttft_slo_ms"),
+        (["--device", "cpu", "--min-cap-tokens", "2048"], {}, "min_cap_tokens"),
+        (["--engine-stall-s", "0"], {}, "engine_stall_s"),
+    ],
+)
+def test_bad_setting_exits_2_with_one_line(
+    argv: list[str],
+    env: dict[str, str],
+    named: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir("/")  # no .env
+    assert main(["serve", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and named in err and "Traceback" not in err
+
+
+def test_serve_help_lists_every_setting(capsys: pytest.CaptureFixture[str]) -> None:
+    """Help texts are docstrings; one with a '%' once crashed argparse's formatter."""
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    for name in Settings.model_fields:
+        if name != "engine_args":
+            assert "--" + name.replace("_", "-") in out
+    assert "--no-feedforward" in out
