@@ -164,3 +164,21 @@ def test_cost_model_recovers_the_plant() -> None:
 def test_plan_prefill_serves_candidates_in_order() -> None:
     assert plan_prefill([(0, 40), (500, 1000)], 100) == (100, 40 * 20 + 60 * 530)
     assert plan_prefill([(0, 40)], 100) == (40, 40 * 20)
+
+
+def test_decode_only_prediction_comes_from_decode_only_steps() -> None:
+    """A mixed step's own overhead must not leak into the decode step an auto target uses."""
+    rng = random.Random(2)
+    model = StepCostModel()
+    for _ in range(300):
+        n = rng.randrange(1, 12)
+        if rng.random() < 0.3:
+            chunk = rng.randrange(16, 128)
+            # Prefill brings a fixed overhead of its own (110 ms on top of the decodes).
+            model.observe(
+                StepShape(n, 0, chunk, chunk_attention(0, chunk)), 0.2 + 0.002 * n + 0.007 * chunk
+            )
+        else:
+            model.observe(StepShape(n), 0.09 + 0.002 * n)
+    decode_s = model.predict_decode_only_s(10, 0)
+    assert decode_s is not None and abs(decode_s - 0.11) < 0.005
