@@ -374,7 +374,7 @@ class PrefillCapController:
         if p.target_ms is not None:
             return p.target_ms / 1000.0
         target_s = AUTO_TARGET_SLO_FRACTION * p.itl_slo_ms / 1000.0
-        decode_s = self._model.predict_decode_only_s(num_decoding, decode_context_tokens)
+        decode_s = self._model.recent_decode_only_s()
         if decode_s is not None and num_decoding > 0:
             target_s = max(target_s, AUTO_TARGET_DECODE_MULTIPLE * decode_s)
         return target_s

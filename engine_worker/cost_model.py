@@ -20,13 +20,14 @@ offline profile and no per-model constant: the fit starts empty and
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 NUM_FEATURES = 5
-NUM_DECODE_FEATURES = 3
-"""The decode-only fit: intercept, decodes, decode context."""
+RECENT_DECODE_STEPS = 32
+"""Decode-only steps the recent decode time is the median of."""
 MIN_PREFILL_SAMPLES = 6
 """Prefill-carrying steps needed before the model predicts."""
 WINDOW_STEPS = 96
@@ -82,9 +83,11 @@ class StepCostModel:
     The normal equations are kept as running sums (a sample is added when it
     enters its window and subtracted when it leaves), so a refit costs one
     5x5 solve, not a pass over the windows: it runs on the engine's hot path.
-    A second, three-feature fit on the decode-only window alone predicts a
-    decode-only step: the joint fit shares its intercept and per-decode slope
-    with the mixed steps, and extrapolated a 90 ms decode step to 250 ms.
+    The decode-only step an ``auto`` target needs is the median of the recent
+    decode-only steps as observed, not a prediction: on the real engine the
+    joint fit (which shares its intercept and per-decode slope with the mixed
+    steps) put a 90 ms decode step at 250 ms, and a fit of the decode-only
+    steps alone extrapolated 108 ms to 208 ms at an unusual context.
     """
 
     def __init__(self, window_steps: int = WINDOW_STEPS) -> None:
@@ -92,9 +95,7 @@ class StepCostModel:
         self._decode_only: deque[tuple[tuple[float, ...], float]] = deque()
         self._with_prefill: deque[tuple[tuple[float, ...], float]] = deque()
         self._joint = _NormalEquations(NUM_FEATURES)
-        self._decode = _NormalEquations(NUM_DECODE_FEATURES)
         self._coef: tuple[float, ...] | None = None
-        self._decode_coef: tuple[float, ...] | None = None
         self._num_samples = 0
 
     @property
@@ -115,8 +116,7 @@ class StepCostModel:
         self._decode_only.clear()
         self._with_prefill.clear()
         self._joint = _NormalEquations(NUM_FEATURES)
-        self._decode = _NormalEquations(NUM_DECODE_FEATURES)
-        self._coef = self._decode_coef = None
+        self._coef = None
 
     def observe(self, shape: StepShape, busy_s: float) -> None:
         """Add a completed step; refit once enough steps with prefill were seen."""
@@ -124,31 +124,22 @@ class StepCostModel:
         window = self._decode_only if is_decode_only else self._with_prefill
         sample = (shape.features(), busy_s)
         window.append(sample)
-        self._add(sample, 1.0, is_decode_only)
+        self._joint.add(*sample, 1.0)
         if len(window) > self._window_steps:
-            self._add(window.popleft(), -1.0, is_decode_only)
+            self._joint.add(*window.popleft(), -1.0)
         self._num_samples += 1
         if len(self._with_prefill) >= MIN_PREFILL_SAMPLES:
             self._coef = self._joint.solve()
-        if is_decode_only and len(self._decode_only) >= MIN_PREFILL_SAMPLES:
-            self._decode_coef = self._decode.solve()
 
     def predict_s(self, shape: StepShape) -> float | None:
         if self._coef is None:
             return None
         return sum(c * x for c, x in zip(self._coef, shape.features(), strict=True))
 
-    def predict_decode_only_s(self, num_decoding: int, decode_context_tokens: int) -> float | None:
-        """A decode-only step with these decodes, from the decode-only steps alone."""
-        if self._decode_coef is None:
-            return None
-        features = StepShape(num_decoding, decode_context_tokens).features()
-        return sum(c * x for c, x in zip(self._decode_coef, features, strict=False))
-
-    def _add(self, sample: tuple[tuple[float, ...], float], sign: float, decode: bool) -> None:
-        self._joint.add(sample[0], sample[1], sign)
-        if decode:
-            self._decode.add(sample[0][:NUM_DECODE_FEATURES], sample[1], sign)
+    def recent_decode_only_s(self) -> float | None:
+        """The median busy time of the last ``RECENT_DECODE_STEPS`` decode-only steps."""
+        recent = [busy for _, busy in list(self._decode_only)[-RECENT_DECODE_STEPS:]]
+        return statistics.median(recent) if len(recent) >= MIN_PREFILL_SAMPLES else None
 
 
 class _NormalEquations:
