@@ -19,6 +19,8 @@ from engine_worker.step_timing import StepRecord, StepTimeline
 
 MODES = ("off", "fixed", "dlfp", "dlfp-ct")
 """Controller modes, spelled as ``ControllerMode`` values."""
+OBSERVATIONS = ("busy", "completion", "max")
+"""``dlfp-ct`` observations, spelled as ``Observation`` values."""
 MIN_ALLOWANCE = 0.25
 MAX_ALLOWANCE = 2.0
 """Bounds of the feed-forward allowance (a factor on the target the model plans for)."""
@@ -45,6 +47,8 @@ class ControllerSettings(Protocol):
     def fixed_cap_tokens(self) -> int: ...
     @property
     def feedforward(self) -> bool: ...
+    @property
+    def observation(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -61,10 +65,14 @@ class CapParams:
     fixed_cap_tokens: int
     feedforward: bool
     """``dlfp-ct`` only: size each mixed step from the online cost model."""
+    observation: str
+    """``dlfp-ct`` only: the step time fed back (one of ``OBSERVATIONS``)."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.observation not in OBSERVATIONS:
+            raise ValueError(f"observation must be one of {OBSERVATIONS}")
         if not (self.target_ms > 0 and 0 < self.gain <= 1 and self.step_tokens >= 1):
             raise ValueError("need target_ms > 0, 0 < gain <= 1 and step_tokens >= 1")
         caps = (self.min_cap_tokens, self.initial_cap_tokens, self.fixed_cap_tokens)
@@ -85,6 +93,7 @@ class CapParams:
             step_tokens=config.step_tokens,
             fixed_cap_tokens=config.fixed_cap_tokens,
             feedforward=config.feedforward,
+            observation=str(config.observation),
         )
 
     def clamp(self, tokens: float) -> int:
@@ -332,6 +341,7 @@ class PrefillCapController:
             shape=shape,
             predicted_s=self._model.predict_s(shape),
             is_planned=pending.is_planned,
+            observation=self._params.observation,
         )
         self._num_mixed_steps += record.is_mixed
         self._num_decode_free_steps += pending.num_decoding == 0
@@ -343,10 +353,12 @@ class PrefillCapController:
         record = self._timeline.complete(self._now(now_s), self._wall_clock())
         if record is None:
             return None
-        if record.busy_s is not None and record.shape is not None:
-            self._model.observe(record.shape, record.busy_s)
+        observed_s = record.completion_timed_s(self._params.observation)
+        if observed_s is not None and record.shape is not None:
+            # The cost model predicts the same quantity the feedback law corrects.
+            self._model.observe(record.shape, observed_s)
         if self._params.mode == "dlfp-ct":
-            self._observe(record, record.busy_s)
+            self._observe(record, observed_s)
         return record
 
     @property

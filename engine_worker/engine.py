@@ -111,6 +111,56 @@ def _engine_args(spec: EngineSpec) -> Any:
     return args
 
 
+def _is_true(value: object) -> bool:
+    return str(value).strip().lower() in ("true", "1", "yes")
+
+
+def _bind_cpu_workers(world_size: int) -> None:
+    """One core per CPU worker when there are several and the binding is not set.
+
+    vLLM's automatic binding asserts one NUMA node per worker (``utils/
+    ompmultiprocessing.py``); a one-node machine running pipeline stages needs
+    ``VLLM_CPU_OMP_THREADS_BIND`` set before the workers start.
+    """
+    if world_size <= 1 or os.environ.get("VLLM_CPU_OMP_THREADS_BIND"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    mask = "|".join(str(cores[rank % len(cores)]) for rank in range(world_size))
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = mask
+    logger.info(
+        "binding CPU workers",
+        extra={"event": "cpu_bind", "world_size": world_size, "omp_threads_bind": mask},
+    )
+
+
+def _honour_async_scheduling(vllm_config: Any, engine_args: dict[str, str]) -> None:
+    """Turn async scheduling back on where it was asked for and nowhere else.
+
+    NOTE: vLLM's CPU platform sets ``async_scheduling = False`` silently in
+    ``check_and_update_config``; an explicit ``async_scheduling=true`` engine
+    argument is put back on the resolved config (``max_concurrent_batches``
+    reads it, so the engine core then runs ``step_with_batch_queue``).
+    """
+    if not _is_true(engine_args.get("async_scheduling", "false")):
+        return
+    vllm_config.scheduler_config.async_scheduling = True
+    logger.info("async scheduling on (asked for)", extra={"event": "async_scheduling_on"})
+
+
+def _add_stage_buffer_extension(vllm_config: Any) -> bool:
+    """Whether CPU pipeline stages need ``cpu_pipeline``'s buffer fix (and set it up)."""
+    from engine_worker.cpu_pipeline import EXTENSION_CLS
+
+    parallel = vllm_config.parallel_config
+    if parallel.pipeline_parallel_size <= 1:
+        return False
+    if parallel.worker_extension_cls not in ("", EXTENSION_CLS):
+        logger.warning("pipeline stages on CPU with a worker extension: buffers not made")
+        return False
+    parallel.worker_extension_cls = EXTENSION_CLS
+    return True
+
+
 def _sampling_params(options: SamplingOptions) -> Any:
     from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOutputsParams
 
@@ -197,6 +247,7 @@ class VLLMEngine:
         self._tokenizer: Any = None
         self._channel: Any = None
         self._closed = False
+        self._needs_stage_buffers = False
 
     @property
     def is_ready(self) -> bool:
@@ -209,6 +260,10 @@ class VLLMEngine:
     async def start(self) -> None:
         """Build the engine in a worker thread: the event loop keeps serving /health."""
         llm = await asyncio.to_thread(self._build)
+        if self._needs_stage_buffers:
+            from engine_worker.cpu_pipeline import ALLOCATE_METHOD
+
+            await llm.collective_rpc(ALLOCATE_METHOD)
         self._tokenizer = llm.get_tokenizer()
         self._llm = llm
         if self.spec.use_dlfp_scheduler:
@@ -231,6 +286,10 @@ class VLLMEngine:
         args = _engine_args(self.spec)
         context = UsageContext.OPENAI_API_SERVER
         vllm_config = args.create_engine_config(usage_context=context)
+        if self.spec.device == "cpu":
+            _bind_cpu_workers(vllm_config.parallel_config.world_size)
+            _honour_async_scheduling(vllm_config, self.spec.engine_args)
+            self._needs_stage_buffers = _add_stage_buffer_extension(vllm_config)
         if self.spec.use_dlfp_scheduler:
             # NOTE: the platform has the last word on async scheduling (CPU forces it
             # off), so the subclass is picked from the resolved config, not the args.
@@ -239,6 +298,7 @@ class VLLMEngine:
                 SCHEDULER_ASYNC if is_async else SCHEDULER_SYNC
             )
         self.info.extra["async_scheduling"] = bool(vllm_config.scheduler_config.async_scheduling)
+        self.info.extra["batch_queue_size"] = int(vllm_config.max_concurrent_batches)
         self.info.extra["priority_scheduling"] = vllm_config.scheduler_config.policy == "priority"
         llm = AsyncLLM.from_vllm_config(
             vllm_config=vllm_config,

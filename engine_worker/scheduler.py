@@ -296,7 +296,10 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
             **self.dlfp_controller.state.to_dict(),
             "config": self.dlfp_config.model_dump(mode="json"),
             "scheduler_cls": type(self).__name__,
-            "async_scheduling": isinstance(self, AsyncScheduler),
+            "async_scheduling": bool(self.scheduler_config.async_scheduling),
+            # vLLM's max_concurrent_batches: > 1 = step_with_batch_queue, the
+            # scheduler runs ahead of execution (pipeline stages or async scheduling).
+            "batch_queue_size": int(self.vllm_config.max_concurrent_batches),
             "max_num_scheduled_tokens": self.max_num_scheduled_tokens,
         }
 

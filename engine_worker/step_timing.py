@@ -14,6 +14,8 @@ without any id. Two timings come out of it, one per feedback controller:
 - ``completion_interval_s``: ``done(k) - done(k-1)``, what a stream served by
   consecutive steps waits between two tokens (host time included).
 
+``dlfp-ct`` feeds back one of the last two, or the larger (``observation``).
+
 Pure Python: no vLLM import.
 """
 
@@ -60,6 +62,8 @@ class StepRecord:
     """The cost model's busy time for ``shape`` at dispatch (None before it is ready)."""
     is_planned: bool = False
     """Whether the cap came from the cost model (feed-forward) rather than the feedback cap."""
+    observation: str = "busy"
+    """What ``dlfp-ct`` feeds back for this step: busy, completion or max."""
 
     @property
     def is_mixed(self) -> bool:
@@ -75,8 +79,23 @@ class StepRecord:
         if self.mode == "dlfp":
             return self.interval_s
         if self.mode == "dlfp-ct":
-            return self.busy_s
+            return self.completion_timed_s(self.observation)
         return None
+
+    def completion_timed_s(self, observation: str) -> float | None:
+        """The completion-timed observation of kind ``observation`` (busy/completion/max).
+
+        NOTE: a step scheduled while nothing decoded may follow idle time (the
+        engine waited for a request), which its completion interval would count;
+        such a step falls back to its busy time. While a request decodes the
+        engine loop never waits for input, so the interval holds no idle time.
+        """
+        completion = self.completion_interval_s if self.num_decoding > 0 else None
+        if observation == "busy" or completion is None:
+            return self.busy_s
+        if observation == "completion" or self.busy_s is None:
+            return completion
+        return max(self.busy_s, completion)
 
     def to_dict(self) -> dict[str, Any]:
         """Telemetry view: plain JSON/msgpack types only."""

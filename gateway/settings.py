@@ -13,7 +13,13 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from engine_worker.dlfp_config import ControllerMode, Device, DLFPConfig, PrefillOrder
+from engine_worker.dlfp_config import (
+    ControllerMode,
+    Device,
+    DLFPConfig,
+    Observation,
+    PrefillOrder,
+)
 from gateway.admission import AdmissionLimits
 
 DLFP_FIELDS = tuple(DLFPConfig.model_fields)
@@ -83,6 +89,8 @@ class Settings(BaseSettings):
     """Which prefills a capped step serves first: fcfs (vLLM's order) or srpf (default)."""
     feedforward: bool | None = None
     """dlfp-ct only: size each mixed step from the online cost model (default true)."""
+    observation: Observation | None = None
+    """dlfp-ct only: step time fed back: busy, completion or max (default completion)."""
     ttft_slo_ms: float | None = Field(default=None, gt=0)
     """Time-to-first-token objective, ms."""
     itl_slo_ms: float | None = Field(default=None, gt=0)

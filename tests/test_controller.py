@@ -26,6 +26,7 @@ PARAMS = CapParams(
     step_tokens=16,
     fixed_cap_tokens=64,
     feedforward=False,
+    observation="busy",
 )
 
 
@@ -312,6 +313,7 @@ def test_cap_leaves_the_lower_bound_when_one_update_is_under_half_a_step() -> No
         step_tokens=16,
         fixed_cap_tokens=16,
         feedforward=False,
+        observation="busy",
     )
     controller = PrefillCapController(params, clock=lambda: 0.0, wall_clock=lambda: 0.0)
     now = 0.0

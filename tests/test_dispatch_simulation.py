@@ -36,6 +36,7 @@ PARAMS = CapParams(
     step_tokens=128,
     fixed_cap_tokens=2048,
     feedforward=False,
+    observation="busy",
 )
 HORIZON_S = 120.0
 NUM_DECODING = 4

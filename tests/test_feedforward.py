@@ -52,6 +52,7 @@ def params(feedforward: bool) -> CapParams:
         step_tokens=32,
         fixed_cap_tokens=128,
         feedforward=feedforward,
+        observation="busy",
     )
 
 
