@@ -28,6 +28,7 @@ Run ``python -m bench.dispatch_sim`` for the table over host times and plants.
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import statistics
 from collections import deque
@@ -61,23 +62,41 @@ class Plant:
 
     name: str
     host_ms: float
-    """Host time per step: half in ``schedule()``, half in ``update_from_output()``."""
+    """Fixed host time per step: half in ``schedule()``, half in ``update_from_output()``."""
+    host_us_per_token: float
+    """Host time per prefill token, spent preparing the step before it is dispatched."""
     decode_ms: float
     """Device time of an iteration with no prefill."""
     prefill_us_per_token: float
+    """Device time per prefill token."""
 
     def device_s(self, num_prefill_tokens: int, num_decoding: int) -> float:
         per_token_s = self.prefill_us_per_token * 1e-6
         return self.decode_ms / 1000 + per_token_s * num_prefill_tokens + 0.0005 * num_decoding
 
+    def dispatch_host_s(self, num_prefill_tokens: int) -> float:
+        return self.host_ms / 2000 + self.host_us_per_token * 1e-6 * num_prefill_tokens
+
     def with_host(self, host_ms: float) -> Plant:
         return replace(self, host_ms=host_ms)
 
 
-SMALL = Plant("small (0.6B-like)", host_ms=2.0, decode_ms=10.0, prefill_us_per_token=25.0)
-"""A decode takes 10 ms on the device: host-bound once the host needs more per step."""
-LARGE = Plant("large (8B/32B-like)", host_ms=2.0, decode_ms=40.0, prefill_us_per_token=100.0)
-"""Four times slower: the device is the bottleneck at every host time tried."""
+SMALL = Plant(
+    "host-bound (0.6B-like)",
+    host_ms=2.0,
+    host_us_per_token=20.0,
+    decode_ms=4.0,
+    prefill_us_per_token=5.0,
+)
+"""The host prepares a step for longer than the device runs it."""
+LARGE = Plant(
+    "device-bound (8B/32B-like)",
+    host_ms=2.0,
+    host_us_per_token=2.0,
+    decode_ms=10.0,
+    prefill_us_per_token=25.0,
+)
+"""The device runs a step for longer than the host prepares it."""
 
 
 class SimulatedClock:
@@ -133,8 +152,8 @@ class SimulatedEngine:
 
     def _schedule_and_dispatch(self) -> None:
         cap = self.controller.on_schedule(NUM_DECODING)
-        self.clock.now_s += self.plant.host_ms / 2000
         num_prefill = self._take_prefill(UNCAPPED_BUDGET_TOKENS if cap is None else cap)
+        self.clock.now_s += self.plant.dispatch_host_s(num_prefill)
         record = self.controller.on_scheduled(num_prefill, NUM_DECODING)
         device_s = self.plant.device_s(num_prefill, NUM_DECODING)
         self.device_free_at_s = max(self.clock.now_s, self.device_free_at_s) + device_s
@@ -195,7 +214,7 @@ def simulate(
     engine = SimulatedEngine(controller, clock, queue_depth, plant)
     engine.run(simulated_arrivals())
     gaps: list[tuple[Completed, float]] = []
-    for previous, current in zip(engine.completed, engine.completed[1:], strict=False):
+    for previous, current in itertools.pairwise(engine.completed):
         gaps.append((current, current.visible_s - previous.visible_s))
     late = [
         (c, gap)

@@ -110,6 +110,7 @@ class StepRecord:
             "num_decode_tokens": self.num_decode_tokens,
             "is_mixed": self.is_mixed,
             "cap_tokens": self.cap_tokens,
+            "cap_generation": self.cap_generation,
             "observation_ms": _to_ms(self.observation_s()),
             "interval_ms": _to_ms(self.interval_s),
             "busy_ms": _to_ms(self.busy_s),
