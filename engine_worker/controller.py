@@ -198,11 +198,13 @@ class PrefillCapController:
         *,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        completion_lag_steps: int = 1,
     ) -> None:
         self._params = params
         self._clock = clock
         self._wall_clock = wall_clock
-        self._timeline = StepTimeline()
+        # Steps between two tokens of one stream (see step_timing).
+        self._timeline = StepTimeline(completion_lag_steps)
         self._model = StepCostModel()
         self._cap_tokens = params.starting_cap()
         self._cap_exact: float | None = self._cap_tokens

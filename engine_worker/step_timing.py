@@ -11,8 +11,12 @@ without any id. Two timings come out of it, one per feedback controller:
   signal; under async scheduling it mostly measures an *earlier* step).
 - ``busy_s``: ``done(k) - max(done(k-1), dispatched(k))``, the time the
   executor spent on step k alone (the completion-timed signal).
-- ``completion_interval_s``: ``done(k) - done(k-1)``, what a stream served by
-  consecutive steps waits between two tokens (host time included).
+- ``completion_interval_s``: ``done(k) - done(k-L)``, what a stream waits
+  between two tokens (host time included). ``L`` is the number of steps
+  between two steps of one decoding request: 1, except under vLLM's
+  synchronous ``Scheduler`` on a batch queue of ``D`` (pipeline stages), where
+  a request whose step is in flight cannot be scheduled again, so it is in
+  every ``D``-th step and ``L = D``.
 
 ``dlfp-ct`` feeds back one of the last two, or the larger (``observation``).
 
@@ -127,10 +131,13 @@ class StepRecord:
 class StepTimeline:
     """FIFO of in-flight steps; turns schedule/dispatch/done instants into timings."""
 
-    def __init__(self) -> None:
+    def __init__(self, completion_lag_steps: int = 1) -> None:
+        if completion_lag_steps < 1:
+            raise ValueError("completion_lag_steps must be >= 1")
         self._in_flight: deque[StepRecord] = deque()
         self._last_scheduled: StepRecord | None = None
         self._last_done_s: float | None = None
+        self._done_history: deque[float] = deque(maxlen=completion_lag_steps)
         self._num_steps = 0
 
     @property
@@ -178,8 +185,9 @@ class StepTimeline:
         if self._last_done_s is not None:
             started_s = max(started_s, self._last_done_s)
         record.busy_s = max(now_s - started_s, 0.0)
-        if self._last_done_s is not None:
-            record.completion_interval_s = now_s - self._last_done_s
+        if len(self._done_history) == self._done_history.maxlen:
+            record.completion_interval_s = now_s - self._done_history[0]
+        self._done_history.append(now_s)
         record.done_at_s = now_s
         record.done_unix_s = now_unix_s
         self._last_done_s = now_s
