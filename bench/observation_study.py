@@ -148,11 +148,13 @@ def _plot(rows: list[MixedStep], path: Path) -> None:
             xs = [o for o, _ in pairs if o is not None]
             ys = [g for o, g in pairs if o is not None]
             ax.scatter(xs, ys, s=8, alpha=0.6, label=arm)
-        ax.plot([0, top], [0, top], color="black", linewidth=0.8)
-        ax.set_xlim(0, top)
-        ax.set_ylim(0, top)
+        ax.plot([1, top], [1, top], color="black", linewidth=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(1, top)
+        ax.set_ylim(1, top)
         ax.set_title(name, fontsize=9)
-        ax.set_xlabel("observation of the step, ms")
+        ax.set_xlabel("observation of the step, ms (log)")
     axes[0].set_ylabel("streams' actual gap ending at the step, ms (median)")
     axes[0].legend(fontsize=8)
     fig.suptitle("Mixed steps: each observation against the inter-token gap streams saw")

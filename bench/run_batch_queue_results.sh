@@ -4,8 +4,9 @@
 # `off`, `dlfp` (scheduler-call interval) and `dlfp-ct` with each observation. The step
 # telemetry of every trial is kept; bench/observation_study.py then lines each mixed step up
 # with the inter-token gaps the streams saw. Resumable: a rerun skips recorded trials.
-#   bench/run_batch_queue_results.sh   # OUT=bench/results/cpu-batch-queue SEEDS=801 NREQ=10
-# EXTRA_ARMS: more --arm options, e.g. dlfp-ct with observation busy.
+#   bench/run_batch_queue_results.sh   # OUT=bench/results/cpu-batch-queue SEEDS=801 NREQ=20
+# The 700 ms arms: a target the stream gap can meet here (the CPU default, 300 ms, cannot:
+# two decode-only steps already take 210-255 ms). EXTRA_ARMS: more --arm options.
 # BIND (VLLM_CPU_OMP_THREADS_BIND) and OMP_THREADS override the gateway's one-core-per-stage
 # binding; see README, "A scheduler that runs ahead of execution", for why the committed run
 # used BIND=nobind OMP_THREADS=1.
@@ -14,11 +15,11 @@ cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 OUT=${OUT:-bench/results/cpu-batch-queue}
 SEEDS=${SEEDS:-801}
-NREQ=${NREQ:-10}
-RATE=${RATE:-0.1}
-MAXTOK=${MAXTOK:-64}
+NREQ=${NREQ:-20}
+RATE=${RATE:-0.25}
+MAXTOK=${MAXTOK:-128}
 LONG_MIN=${LONG_MIN:-300}
-LONG_MAX=${LONG_MAX:-600}
+LONG_MAX=${LONG_MAX:-900}
 PORT=${PORT:-8300}
 PP=${PP:-2}
 TOKEN=bench-admin-token
@@ -46,8 +47,11 @@ curl -sf -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$PORT/admin/dlfp" >
     --arm 'off={"controller":"off"}' \
     --arm 'dlfp={"controller":"dlfp"}' \
     --arm 'dlfp-ct={"controller":"dlfp-ct"}' \
+    --arm 'dlfp-ct-busy={"controller":"dlfp-ct","observation":"busy"}' \
+    --arm 'dlfp-t700={"controller":"dlfp","target_ms":700}' \
+    --arm 'dlfp-ct-t700={"controller":"dlfp-ct","target_ms":700}' \
     ${EXTRA_ARMS:-}
-for arm in dlfp dlfp-ct; do
+for arm in dlfp dlfp-ct dlfp-ct-busy dlfp-t700 dlfp-ct-t700; do
     $PY -m gateway bench compare --results "$OUT" --baseline off --candidate $arm || true
 done
 $PY -m gateway bench summary --results "$OUT" --plots
