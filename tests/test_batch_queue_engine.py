@@ -172,8 +172,8 @@ def test_feedback_counts_only_steps_scheduled_under_the_cap_in_force(
     """With two batches in flight, step k+1 is dispatched before step k completes.
 
     Step k's observation may only move the controller if no update came in
-    between (the generation step k+1 was dispatched under is k's own); the
-    others are counted stale, and with a queue of two there must be some.
+    between (the generation step k+1 was dispatched under is k's own), and
+    every update is one such step.
     """
     for name in ("dlfp-ct", "dlfp-ct-ff"):
         run = runs[name]
@@ -185,5 +185,5 @@ def test_feedback_counts_only_steps_scheduled_under_the_cap_in_force(
             following = by_index.get(int(step["step_index"]) + 1)
             if following is not None:
                 assert following["cap_generation"] == step["cap_generation"], (step, following)
-        stale = run["after"]["num_stale_observations"] - run["before"]["num_stale_observations"]
-        assert stale > 0, name
+        num_updates = run["after"]["num_updates"] - run["before"]["num_updates"]
+        assert num_updates == len(feedback), name
