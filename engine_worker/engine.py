@@ -134,17 +134,23 @@ def _bind_cpu_workers(world_size: int) -> None:
 
 
 def _honour_async_scheduling(vllm_config: Any, engine_args: dict[str, str]) -> None:
-    """Turn async scheduling back on where it was asked for and nowhere else.
+    """Where async scheduling is asked for on CPU, say why it stays off.
 
     NOTE: vLLM's CPU platform sets ``async_scheduling = False`` silently in
-    ``check_and_update_config``; an explicit ``async_scheduling=true`` engine
-    argument is put back on the resolved config (``max_concurrent_batches``
-    reads it, so the engine core then runs ``step_with_batch_queue``).
+    ``check_and_update_config``. Setting it back on the resolved config here
+    does not last: the engine-core process runs ``VllmConfig.__post_init__``
+    again after its handshake (``v1/engine/core.py``), the platform turns it
+    off again, and the engine core steps synchronously (batch queue of 1). The
+    frontend's copy must agree with the engine core's (it picks the scheduler
+    class), so it is left off and the request is logged as not honoured.
     """
     if not _is_true(engine_args.get("async_scheduling", "false")):
         return
-    vllm_config.scheduler_config.async_scheduling = True
-    logger.info("async scheduling on (asked for)", extra={"event": "async_scheduling_on"})
+    logger.warning(
+        "async scheduling asked for, but vLLM CPU 0.32 turns it off again in the engine "
+        "core; use pipeline_parallel_size=2 for a batch queue on CPU",
+        extra={"event": "async_scheduling_unavailable"},
+    )
 
 
 def _add_stage_buffer_extension(vllm_config: Any) -> bool:
