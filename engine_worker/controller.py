@@ -23,6 +23,8 @@ AUTO_TARGET_SLO_FRACTION = 0.6
 """An ``auto`` target is at least this share of the ITL objective ..."""
 AUTO_TARGET_DECODE_MULTIPLE = 2.0
 """... and at least this multiple of the measured decode-only step (room for prefill)."""
+OBSERVATIONS = ("busy", "completion", "max")
+"""``dlfp-ct`` observations, spelled as ``Observation`` values."""
 MIN_ALLOWANCE = 0.25
 MAX_ALLOWANCE = 2.0
 """Bounds of the feed-forward allowance (a factor on the target the model plans for)."""
@@ -51,6 +53,8 @@ class ControllerSettings(Protocol):
     def fixed_cap_tokens(self) -> int: ...
     @property
     def feedforward(self) -> bool: ...
+    @property
+    def observation(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -70,10 +74,14 @@ class CapParams:
     """``dlfp-ct`` only: size each mixed step from the online cost model."""
     itl_slo_ms: float
     """The ITL objective an ``auto`` target derives from."""
+    observation: str
+    """``dlfp-ct`` only: the step time fed back (one of ``OBSERVATIONS``)."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.observation not in OBSERVATIONS:
+            raise ValueError(f"observation must be one of {OBSERVATIONS}")
         is_target_valid = self.target_ms is None or self.target_ms > 0
         if not (is_target_valid and 0 < self.gain <= 1 and self.step_tokens >= 1):
             raise ValueError("need target_ms > 0, 0 < gain <= 1 and step_tokens >= 1")
@@ -96,6 +104,7 @@ class CapParams:
             fixed_cap_tokens=config.fixed_cap_tokens,
             feedforward=config.feedforward,
             itl_slo_ms=config.itl_slo_ms,
+            observation=str(config.observation),
         )
 
     def clamp(self, tokens: float) -> int:
@@ -203,11 +212,13 @@ class PrefillCapController:
         *,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        completion_lag_steps: int = 1,
     ) -> None:
         self._params = params
         self._clock = clock
         self._wall_clock = wall_clock
-        self._timeline = StepTimeline()
+        # Steps between two tokens of one stream (see step_timing).
+        self._timeline = StepTimeline(completion_lag_steps)
         self._model = StepCostModel()
         self._cap_tokens = params.starting_cap()
         self._cap_exact: float | None = self._cap_tokens
@@ -351,6 +362,7 @@ class PrefillCapController:
             predicted_s=self._model.predict_s(shape),
             is_planned=pending.is_planned,
             target_s=pending.target_s,
+            observation=self._params.observation,
         )
         self._num_mixed_steps += record.is_mixed
         self._num_decode_free_steps += pending.num_decoding == 0
@@ -362,10 +374,12 @@ class PrefillCapController:
         record = self._timeline.complete(self._now(now_s), self._wall_clock())
         if record is None:
             return None
-        if record.busy_s is not None and record.shape is not None:
-            self._model.observe(record.shape, record.busy_s)
+        observed_s = record.completion_timed_s(self._params.observation)
+        if observed_s is not None and record.shape is not None:
+            # The cost model predicts the same quantity the feedback law corrects.
+            self._model.observe(record.shape, observed_s)
         if self._params.mode == "dlfp-ct":
-            self._observe(record, record.busy_s)
+            self._observe(record, observed_s)
         return record
 
     def _resolve_target_s(self, num_decoding: int, decode_context_tokens: int) -> float:

@@ -38,6 +38,17 @@ class PrefillOrder(StrEnum):
     """Shortest remaining prefill first, waiting or partially prefilled."""
 
 
+class Observation(StrEnum):
+    """What ``dlfp-ct`` feeds back for a completed mixed step."""
+
+    BUSY = "busy"
+    """``done(k) - max(done(k-1), dispatched(k))``: the executor's time on step k alone."""
+    COMPLETION = "completion"
+    """``done(k) - done(k-1)``: what a stream served by consecutive steps waits."""
+    MAX = "max"
+    """The larger of the two."""
+
+
 class DLFPConfig(BaseModel):
     """Controller settings and the SLO targets the gateway judges requests by.
 
@@ -79,6 +90,8 @@ class DLFPConfig(BaseModel):
     """Which prefills a capped step serves first: fcfs (vLLM's order) or srpf."""
     feedforward: bool = True
     """dlfp-ct only: size each mixed step from the online cost model of step time."""
+    observation: Observation = Observation.COMPLETION
+    """dlfp-ct only: the step time fed back: busy, completion (interval) or max of both."""
     ttft_slo_ms: float = Field(default=30_000.0, ge=100)
     """Time-to-first-token objective the gateway judges requests by, ms; floor 100 ms
     (below it the SLO check would turn every request away)."""

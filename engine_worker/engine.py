@@ -112,6 +112,62 @@ def _engine_args(spec: EngineSpec) -> Any:
     return args
 
 
+def _is_true(value: object) -> bool:
+    return str(value).strip().lower() in ("true", "1", "yes")
+
+
+def _bind_cpu_workers(world_size: int) -> None:
+    """One core per CPU worker when there are several and the binding is not set.
+
+    vLLM's automatic binding asserts one NUMA node per worker (``utils/
+    ompmultiprocessing.py``); a one-node machine running pipeline stages needs
+    ``VLLM_CPU_OMP_THREADS_BIND`` set before the workers start.
+    """
+    if world_size <= 1 or os.environ.get("VLLM_CPU_OMP_THREADS_BIND"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    mask = "|".join(str(cores[rank % len(cores)]) for rank in range(world_size))
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = mask
+    logger.info(
+        "binding CPU workers",
+        extra={"event": "cpu_bind", "world_size": world_size, "omp_threads_bind": mask},
+    )
+
+
+def _honour_async_scheduling(vllm_config: Any, engine_args: dict[str, str]) -> None:
+    """Where async scheduling is asked for on CPU, say why it stays off.
+
+    NOTE: vLLM's CPU platform sets ``async_scheduling = False`` silently in
+    ``check_and_update_config``. Setting it back on the resolved config here
+    does not last: the engine-core process runs ``VllmConfig.__post_init__``
+    again after its handshake (``v1/engine/core.py``), the platform turns it
+    off again, and the engine core steps synchronously (batch queue of 1). The
+    frontend's copy must agree with the engine core's (it picks the scheduler
+    class), so it is left off and the request is logged as not honoured.
+    """
+    if not _is_true(engine_args.get("async_scheduling", "false")):
+        return
+    logger.warning(
+        "async scheduling asked for, but vLLM CPU 0.32 turns it off again in the engine "
+        "core; use pipeline_parallel_size=2 for a batch queue on CPU",
+        extra={"event": "async_scheduling_unavailable"},
+    )
+
+
+def _add_stage_buffer_extension(vllm_config: Any) -> bool:
+    """Whether CPU pipeline stages need ``cpu_pipeline``'s buffer fix (and set it up)."""
+    from engine_worker.cpu_pipeline import EXTENSION_CLS
+
+    parallel = vllm_config.parallel_config
+    if parallel.pipeline_parallel_size <= 1:
+        return False
+    if parallel.worker_extension_cls not in ("", EXTENSION_CLS):
+        logger.warning("pipeline stages on CPU with a worker extension: buffers not made")
+        return False
+    parallel.worker_extension_cls = EXTENSION_CLS
+    return True
+
+
 def _sampling_params(options: SamplingOptions) -> Any:
     from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOutputsParams
 
@@ -212,6 +268,7 @@ class VLLMEngine:
         self._tokenizer_lock = threading.Lock()
         self._channel: Any = None
         self._closed = False
+        self._needs_stage_buffers = False
 
     @property
     def is_ready(self) -> bool:
@@ -224,6 +281,10 @@ class VLLMEngine:
     async def start(self) -> None:
         """Build the engine in a worker thread: the event loop keeps serving /health."""
         llm = await asyncio.to_thread(self._build)
+        if self._needs_stage_buffers:
+            from engine_worker.cpu_pipeline import ALLOCATE_METHOD
+
+            await llm.collective_rpc(ALLOCATE_METHOD)
         self._tokenizer = llm.get_tokenizer()
         self.info.extra["max_token_bytes"] = await asyncio.to_thread(
             _max_token_bytes, self._tokenizer
@@ -249,6 +310,10 @@ class VLLMEngine:
         args = _engine_args(self.spec)
         context = UsageContext.OPENAI_API_SERVER
         vllm_config = args.create_engine_config(usage_context=context)
+        if self.spec.device == "cpu":
+            _bind_cpu_workers(vllm_config.parallel_config.world_size)
+            _honour_async_scheduling(vllm_config, self.spec.engine_args)
+            self._needs_stage_buffers = _add_stage_buffer_extension(vllm_config)
         if self.spec.use_dlfp_scheduler:
             # NOTE: the platform has the last word on async scheduling (CPU forces it
             # off), so the subclass is picked from the resolved config, not the args.
@@ -257,6 +322,7 @@ class VLLMEngine:
                 SCHEDULER_ASYNC if is_async else SCHEDULER_SYNC
             )
         self.info.extra["async_scheduling"] = bool(vllm_config.scheduler_config.async_scheduling)
+        self.info.extra["batch_queue_size"] = int(vllm_config.max_concurrent_batches)
         self.info.extra["priority_scheduling"] = vllm_config.scheduler_config.policy == "priority"
         llm = AsyncLLM.from_vllm_config(
             vllm_config=vllm_config,

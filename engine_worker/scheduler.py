@@ -97,7 +97,9 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.dlfp_config = read_dlfp_config(self.vllm_config.additional_config)
-        self.dlfp_controller = PrefillCapController.from_config(self.dlfp_config)
+        self.dlfp_controller = PrefillCapController.from_config(
+            self.dlfp_config, completion_lag_steps=self._steps_between_tokens()
+        )
         self._dlfp_steps: deque[StepRecord] = deque(maxlen=MAX_STEP_HISTORY)
         # Consecutive capped steps each prefill in progress went without tokens.
         self._num_held_steps: dict[str, int] = {}
@@ -279,6 +281,18 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         ]
         return True
 
+    def _steps_between_tokens(self) -> int:
+        """Steps from one step of a decoding request to its next (1 unless noted).
+
+        NOTE: on a batch queue of D, vLLM's synchronous ``Scheduler`` cannot
+        schedule a request whose step is still in flight (no output
+        placeholders), so each decode sits in every D-th step; the async one
+        schedules it in every step.
+        """
+        if isinstance(self, AsyncScheduler):
+            return 1
+        return max(int(self.vllm_config.max_concurrent_batches), 1)
+
     def _warn_if_cap_exceeds_budget(self) -> None:
         if self.dlfp_config.max_cap_tokens > self.max_num_scheduled_tokens:
             logger.warning(
@@ -296,7 +310,10 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
             **self.dlfp_controller.state.to_dict(),
             "config": self.dlfp_config.model_dump(mode="json"),
             "scheduler_cls": type(self).__name__,
-            "async_scheduling": isinstance(self, AsyncScheduler),
+            "async_scheduling": bool(self.scheduler_config.async_scheduling),
+            # vLLM's max_concurrent_batches: > 1 = step_with_batch_queue, the
+            # scheduler runs ahead of execution (pipeline stages or async scheduling).
+            "batch_queue_size": int(self.vllm_config.max_concurrent_batches),
             "max_num_scheduled_tokens": self.max_num_scheduled_tokens,
         }
 

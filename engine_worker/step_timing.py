@@ -11,8 +11,14 @@ without any id. Two timings come out of it, one per feedback controller:
   signal; under async scheduling it mostly measures an *earlier* step).
 - ``busy_s``: ``done(k) - max(done(k-1), dispatched(k))``, the time the
   executor spent on step k alone (the completion-timed signal).
-- ``completion_interval_s``: ``done(k) - done(k-1)``, what a stream served by
-  consecutive steps waits between two tokens (host time included).
+- ``completion_interval_s``: ``done(k) - done(k-L)``, what a stream waits
+  between two tokens (host time included). ``L`` is the number of steps
+  between two steps of one decoding request: 1, except under vLLM's
+  synchronous ``Scheduler`` on a batch queue of ``D`` (pipeline stages), where
+  a request whose step is in flight cannot be scheduled again, so it is in
+  every ``D``-th step and ``L = D``.
+
+``dlfp-ct`` feeds back one of the last two, or the larger (``observation``).
 
 Pure Python: no vLLM import.
 """
@@ -62,6 +68,8 @@ class StepRecord:
     """Whether the cap came from the cost model (feed-forward) rather than the feedback cap."""
     target_s: float = 0.0
     """The controller's target when the step was scheduled (``auto`` resolves per step)."""
+    observation: str = "busy"
+    """What ``dlfp-ct`` feeds back for this step: busy, completion or max."""
 
     @property
     def is_mixed(self) -> bool:
@@ -77,8 +85,23 @@ class StepRecord:
         if self.mode == "dlfp":
             return self.interval_s
         if self.mode == "dlfp-ct":
-            return self.busy_s
+            return self.completion_timed_s(self.observation)
         return None
+
+    def completion_timed_s(self, observation: str) -> float | None:
+        """The completion-timed observation of kind ``observation`` (busy/completion/max).
+
+        NOTE: a step scheduled while nothing decoded may follow idle time (the
+        engine waited for a request), which its completion interval would count;
+        such a step falls back to its busy time. While a request decodes the
+        engine loop never waits for input, so the interval holds no idle time.
+        """
+        completion = self.completion_interval_s if self.num_decoding > 0 else None
+        if observation == "busy" or completion is None:
+            return self.busy_s
+        if observation == "completion" or self.busy_s is None:
+            return completion
+        return max(self.busy_s, completion)
 
     def to_dict(self) -> dict[str, Any]:
         """Telemetry view: plain JSON/msgpack types only."""
@@ -93,6 +116,7 @@ class StepRecord:
             "num_decode_tokens": self.num_decode_tokens,
             "is_mixed": self.is_mixed,
             "cap_tokens": self.cap_tokens,
+            "cap_generation": self.cap_generation,
             "observation_ms": _to_ms(self.observation_s()),
             "interval_ms": _to_ms(self.interval_s),
             "busy_ms": _to_ms(self.busy_s),
@@ -110,10 +134,13 @@ class StepRecord:
 class StepTimeline:
     """FIFO of in-flight steps; turns schedule/dispatch/done instants into timings."""
 
-    def __init__(self) -> None:
+    def __init__(self, completion_lag_steps: int = 1) -> None:
+        if completion_lag_steps < 1:
+            raise ValueError("completion_lag_steps must be >= 1")
         self._in_flight: deque[StepRecord] = deque()
         self._last_scheduled: StepRecord | None = None
         self._last_done_s: float | None = None
+        self._done_history: deque[float] = deque(maxlen=completion_lag_steps)
         self._num_steps = 0
 
     @property
@@ -161,8 +188,9 @@ class StepTimeline:
         if self._last_done_s is not None:
             started_s = max(started_s, self._last_done_s)
         record.busy_s = max(now_s - started_s, 0.0)
-        if self._last_done_s is not None:
-            record.completion_interval_s = now_s - self._last_done_s
+        if len(self._done_history) == self._done_history.maxlen:
+            record.completion_interval_s = now_s - self._done_history[0]
+        self._done_history.append(now_s)
         record.done_at_s = now_s
         record.done_unix_s = now_unix_s
         self._last_done_s = now_s

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, create_model
+from pydantic import BaseModel, Field, SecretStr, ValidationError, create_model, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -96,6 +96,22 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
     """CPU only: memory reserved for the KV cache, in GiB."""
     engine_args: dict[str, str] = Field(default_factory=dict)
     """Extra vLLM engine arguments, name=value (JSON object in DLFP_ENGINE_ARGS)."""
+
+    @field_validator("engine_args", mode="before")
+    @classmethod
+    def _engine_arg_values_as_text(cls, value: object) -> object:
+        # JSON true/false/numbers in DLFP_ENGINE_ARGS mean what their text means.
+        if isinstance(value, dict):
+            return {
+                k: str(v).lower()
+                if isinstance(v, bool)
+                else str(v)
+                if isinstance(v, int | float)
+                else v
+                for k, v in value.items()
+            }
+        return value
+
     max_tokens_limit: int = Field(default=4096, ge=1)
     """Largest max_tokens a request may ask for."""
 

@@ -27,6 +27,7 @@ PARAMS = CapParams(
     fixed_cap_tokens=64,
     feedforward=False,
     itl_slo_ms=500.0,
+    observation="busy",
 )
 
 
@@ -314,6 +315,7 @@ def test_cap_leaves_the_lower_bound_when_one_update_is_under_half_a_step() -> No
         fixed_cap_tokens=16,
         feedforward=False,
         itl_slo_ms=500.0,
+        observation="busy",
     )
     controller = PrefillCapController(params, clock=lambda: 0.0, wall_clock=lambda: 0.0)
     now = 0.0

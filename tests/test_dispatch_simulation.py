@@ -1,199 +1,110 @@
-"""SIMULATION: the two feedback controllers replayed over vLLM's dispatch loop.
+"""SIMULATION: the feedback controllers replayed over vLLM's dispatch loop.
 
-Nothing here runs vLLM or measures real time. A fake clock and a simulated
-iteration-time function stand in for the device; the loop replays the order
-of events in ``EngineCore.step`` (synchronous: schedule, execute, complete)
-and ``EngineCore.step_with_batch_queue`` with ``batch_queue_size=2`` (async
-scheduling: step k+1 is scheduled and dispatched before step k completes).
+Nothing here runs vLLM or measures real time: ``bench.dispatch_sim`` replays
+the order of events in ``EngineCore.step`` (queue depth 1) and
+``EngineCore.step_with_batch_queue`` (depth 2) with a fake clock, a simulated
+host and a simulated device (see its docstring for what it cannot show). The
+claims under test, over host times from 1 ms to 50 ms a step:
 
-The claim under test is the paper's root cause: under a two-deep queue the
-interval between ``schedule()`` calls measures the step *before* the one it
-is attributed to, so the ``dlfp`` controller misjudges mixed iterations (here:
-it reads a short decode-only iteration as the first prefill chunk's time and
-pushes the cap far past the target), while ``dlfp-ct`` holds the target.
+- host-bound (the paper's 0.6B case), even with a two-deep queue, the
+  scheduler-call interval tracks the step it is attributed to, and ``dlfp``
+  holds its target: the paper's positive result;
+- device-bound (8B, 32B), with a two-deep queue the interval measures the
+  step *before*, ``dlfp`` misjudges and overshoots, while ``dlfp-ct`` holds;
+- synchronously, the busy time leaves the host time out and overshoots by it,
+  while the completion interval (what a stream waits) holds the target.
 """
 
 from __future__ import annotations
 
-import random
-from collections import deque
-from dataclasses import dataclass, field, replace
-
 import pytest
 
-from engine_worker.controller import CapParams, PrefillCapController
-from engine_worker.step_timing import StepRecord
+from bench.dispatch_sim import LARGE, SMALL, TARGET_MS, Plant, simulate
 
-TARGET_MS = 80.0
-# The paper's evaluation settings.
-PARAMS = CapParams(
-    mode="dlfp",
-    target_ms=TARGET_MS,
-    gain=0.5,
-    initial_cap_tokens=3072,
-    min_cap_tokens=1024,
-    max_cap_tokens=6144,
-    step_tokens=128,
-    fixed_cap_tokens=2048,
-    feedforward=False,
-    itl_slo_ms=500.0,
-)
-HORIZON_S = 120.0
-NUM_DECODING = 4
-UNCAPPED_BUDGET_TOKENS = 8192
-
-
-class SimulatedClock:
-    def __init__(self) -> None:
-        self.now_s = 0.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-
-def simulated_iteration_s(num_prefill_tokens: int, num_decoding: int) -> float:
-    """SIMULATED device time of one iteration (roughly a small model on one GPU)."""
-    return 0.010 + 25e-6 * num_prefill_tokens + 0.0005 * num_decoding
-
-
-def simulated_arrivals(seed: int = 801) -> list[tuple[float, int]]:
-    """Poisson arrivals at 1 request/s, prompts of 2,000 to 5,000 tokens."""
-    rng = random.Random(seed)
-    arrivals: list[tuple[float, int]] = []
-    now_s = 0.0
-    while now_s < HORIZON_S:
-        now_s += rng.expovariate(1.0)
-        arrivals.append((now_s, rng.randrange(2000, 5000)))
-    return arrivals
-
-
-@dataclass
-class SimulatedEngine:
-    """SIMULATION of the engine-core loop around a controller (no vLLM).
-
-    ``queue_depth=1`` replays ``EngineCore.step``; ``queue_depth=2`` replays
-    ``step_with_batch_queue``: schedule and dispatch a step, return without
-    blocking while the queue has room, otherwise block on the oldest step and
-    complete it. A constant set of requests decodes throughout.
-    """
-
-    controller: PrefillCapController
-    clock: SimulatedClock
-    queue_depth: int
-    host_s: float = 0.001
-    """Host time of one schedule() or one update_from_output()."""
-    device_free_at_s: float = 0.0
-    in_flight: deque[tuple[float, StepRecord, float]] = field(default_factory=deque)
-    backlog_tokens: deque[int] = field(default_factory=deque)
-    completed: list[tuple[StepRecord, float]] = field(default_factory=list)
-    """(record, simulated device time) per completed step."""
-
-    def run(self, arrivals: list[tuple[float, int]]) -> None:
-        pending = deque(arrivals)
-        while self.clock.now_s < HORIZON_S:
-            while pending and pending[0][0] <= self.clock.now_s:
-                self.backlog_tokens.append(pending.popleft()[1])
-            self._schedule_and_dispatch()
-            if len(self.in_flight) < self.queue_depth:
-                continue  # the batch queue has room: don't block yet
-            self._complete_oldest()
-
-    def _schedule_and_dispatch(self) -> None:
-        cap = self.controller.on_schedule(NUM_DECODING)
-        self.clock.now_s += self.host_s
-        num_prefill = self._take_prefill(UNCAPPED_BUDGET_TOKENS if cap is None else cap)
-        record = self.controller.on_scheduled(num_prefill, NUM_DECODING)
-        device_s = simulated_iteration_s(num_prefill, NUM_DECODING)
-        self.device_free_at_s = max(self.clock.now_s, self.device_free_at_s) + device_s
-        self.in_flight.append((self.device_free_at_s, record, device_s))
-
-    def _complete_oldest(self) -> None:
-        done_at_s, record, device_s = self.in_flight.popleft()
-        self.clock.now_s = max(self.clock.now_s, done_at_s)  # future.result() blocks
-        self.controller.on_step_done()
-        self.clock.now_s += self.host_s
-        self.completed.append((record, device_s))
-
-    def _take_prefill(self, max_tokens: int) -> int:
-        if not self.backlog_tokens:
-            return 0
-        num_tokens = min(self.backlog_tokens[0], max_tokens)
-        self.backlog_tokens[0] -= num_tokens
-        if self.backlog_tokens[0] == 0:
-            self.backlog_tokens.popleft()
-        return num_tokens
-
-
-@dataclass(frozen=True)
-class SimulationResult:
-    p95_mixed_ms: float
-    """95th percentile of simulated device time of mixed steps, second half."""
-    final_cap_tokens: int
-    num_updates: int
-    num_misjudged_updates: int
-    """Updates fed an observation under the target for a step that really took longer."""
-    num_stale_observations: int
-
-
-def simulate(mode: str, queue_depth: int) -> SimulationResult:
-    clock = SimulatedClock()
-    controller = PrefillCapController(replace(PARAMS, mode=mode), clock=clock, wall_clock=clock)
-    engine = SimulatedEngine(controller, clock, queue_depth)
-    engine.run(simulated_arrivals())
-    mixed_ms = sorted(
-        device_s * 1000
-        for record, device_s in engine.completed
-        if record.is_mixed and record.dispatched_at_s > HORIZON_S / 2
-    )
-    target_s = TARGET_MS / 1000
-    misjudged = [
-        record
-        for record, device_s in engine.completed
-        if record.is_feedback and (record.observation_s() or 0.0) < target_s < device_s
-    ]
-    state = controller.state
-    assert state.cap_tokens is not None
-    return SimulationResult(
-        p95_mixed_ms=mixed_ms[int(0.95 * len(mixed_ms))],
-        final_cap_tokens=state.cap_tokens,
-        num_updates=state.num_updates,
-        num_misjudged_updates=len(misjudged),
-        num_stale_observations=state.num_stale_observations,
-    )
+HOST_MS = (1.0, 10.0, 25.0, 50.0)
 
 
 def within(value: float, reference: float, fraction: float) -> bool:
     return abs(value - reference) <= fraction * reference
 
 
-@pytest.mark.parametrize("mode", ["dlfp", "dlfp-ct"])
-def test_simulation_sync_loop_both_controllers_hold_target(mode: str) -> None:
-    result = simulate(mode, queue_depth=1)
+@pytest.mark.parametrize("plant", [SMALL, LARGE], ids=["host-bound", "device-bound"])
+@pytest.mark.parametrize("host_ms", HOST_MS[:3])
+def test_simulation_sync_loop_completion_interval_holds_target(
+    plant: Plant, host_ms: float
+) -> None:
+    result = simulate("dlfp-ct", 1, plant.with_host(host_ms), "completion")
     assert result.num_updates > 50
-    assert within(result.p95_mixed_ms, TARGET_MS, 0.10)
+    assert within(result.p95_gap_ms, TARGET_MS, 0.10)
     assert result.num_misjudged_updates == 0
 
 
+@pytest.mark.parametrize("host_ms", HOST_MS[1:])
+def test_simulation_sync_loop_busy_time_overshoots_by_the_host_time(host_ms: float) -> None:
+    busy = simulate("dlfp-ct", 1, LARGE.with_host(host_ms), "busy")
+    completion = simulate("dlfp-ct", 1, LARGE.with_host(host_ms), "completion")
+    # Busy time holds the *device* at the target; the streams also wait for the host.
+    assert busy.p95_gap_ms > TARGET_MS + 0.5 * host_ms
+    assert busy.p95_gap_ms > completion.p95_gap_ms
+
+
 def test_simulation_sync_loop_controllers_agree() -> None:
-    interval = simulate("dlfp", queue_depth=1)
-    completion = simulate("dlfp-ct", queue_depth=1)
-    # The interval also holds host time (~2 ms here), hence not exact equality.
+    interval = simulate("dlfp", 1, LARGE)
+    completion = simulate("dlfp-ct", 1, LARGE, "completion")
+    # Synchronously, the scheduler-call interval is the completion interval.
     assert within(interval.final_cap_tokens, completion.final_cap_tokens, 0.10)
 
 
-def test_simulation_two_deep_queue_interval_controller_misjudges() -> None:
-    result = simulate("dlfp", queue_depth=2)
+@pytest.mark.parametrize("host_ms", HOST_MS)
+def test_simulation_two_deep_queue_host_bound_interval_controller_works(host_ms: float) -> None:
+    """The paper's positive result: host-bound, the interval measures the step itself."""
+    result = simulate("dlfp", 2, SMALL.with_host(host_ms))
+    assert result.num_updates > 50
+    assert result.p95_gap_ms <= 1.05 * TARGET_MS
+
+
+@pytest.mark.parametrize("host_ms", HOST_MS)
+def test_simulation_two_deep_queue_device_bound_interval_controller_misjudges(
+    host_ms: float,
+) -> None:
+    """The paper's failure: device-bound, the interval measures the step before."""
+    result = simulate("dlfp", 2, LARGE.with_host(host_ms))
     # It read decode-only iterations as prefill chunks and raised the cap while
     # the device was still busy with a chunk that was over the target...
     assert result.num_misjudged_updates > 10
     # ...so its mixed iterations settle well above the target.
-    assert result.p95_mixed_ms > 1.25 * TARGET_MS
+    assert result.p95_gap_ms > 1.25 * TARGET_MS
 
 
-def test_simulation_two_deep_queue_completion_timed_holds_target() -> None:
-    result = simulate("dlfp-ct", queue_depth=2)
-    assert within(result.p95_mixed_ms, TARGET_MS, 0.10)
+@pytest.mark.parametrize("observation", ["busy", "completion"])
+@pytest.mark.parametrize("host_ms", HOST_MS)
+def test_simulation_two_deep_queue_device_bound_completion_timed_holds_target(
+    host_ms: float, observation: str
+) -> None:
+    result = simulate("dlfp-ct", 2, LARGE.with_host(host_ms), observation)
+    assert within(result.p95_gap_ms, TARGET_MS, 0.10)
     assert result.num_misjudged_updates == 0
     # Steps dispatched under an older cap completed after a cap change (while
     # the cap was still moving) and were ignored rather than fed back.
     assert result.num_stale_observations > 0
+
+
+def test_simulation_max_observation_is_the_completion_interval() -> None:
+    """busy(k) <= completion(k) always, so "max" adds nothing once completions pair up."""
+    for plant in (SMALL, LARGE):
+        for depth in (1, 2):
+            completion = simulate("dlfp-ct", depth, plant.with_host(25.0), "completion")
+            assert simulate("dlfp-ct", depth, plant.with_host(25.0), "max") == completion
+
+
+def test_simulation_known_limit_host_bound_queue_completion_lags() -> None:
+    """What ``dlfp-ct`` cannot do: host-bound with a two-deep queue at 50 ms a step.
+
+    Step k is seen complete only after the host has prepared step k+1, so the
+    completion interval of k carries k+1's host time: the observation is
+    attributed one step early and the tail overshoots (the interval controller,
+    above, does not). Kept as a test so that a fix shows up here.
+    """
+    result = simulate("dlfp-ct", 2, SMALL.with_host(50.0), "completion")
+    assert result.p95_gap_ms > 1.25 * TARGET_MS
+    assert result.p50_gap_ms < TARGET_MS

@@ -55,6 +55,7 @@ def params(
         fixed_cap_tokens=4 * step_tokens,
         feedforward=feedforward,
         itl_slo_ms=500.0,
+        observation="busy",
     )
 
 

@@ -58,3 +58,10 @@ def test_serve_help_lists_every_setting(capsys: pytest.CaptureFixture[str]) -> N
         if name != "engine_args":
             assert "--" + name.replace("_", "-") in out
     assert "--no-feedforward" in out
+
+
+def test_engine_args_take_json_booleans_and_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "DLFP_ENGINE_ARGS", '{"async_scheduling": true, "pipeline_parallel_size": 2}'
+    )
+    assert Settings().engine_args == {"async_scheduling": "true", "pipeline_parallel_size": "2"}

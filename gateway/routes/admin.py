@@ -39,6 +39,10 @@ STATE_KEYS = (
     "cost_model_ready",
     "allowance",
     "cost_coefficients",
+    # How the engine schedules: > 1 batch in flight means the scheduler runs ahead.
+    "batch_queue_size",
+    "async_scheduling",
+    "scheduler_cls",
 )
 _ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorResponse} for s in (401, 403, 422, 503)
