@@ -8,158 +8,33 @@ The scheduler drives it with three events per step (see ``PrefillCapController``
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
+from engine_worker.controller_params import (
+    AUTO_TARGET_DECODE_MULTIPLE,
+    AUTO_TARGET_SLO_FRACTION,
+    MAX_ALLOWANCE,
+    MIN_ALLOWANCE,
+    MODES,
+    OBSERVATIONS,
+    CapParams,
+    ControllerSettings,
+    ControllerState,
+)
 from engine_worker.cost_model import StepCostModel, StepShape, plan_prefill
 from engine_worker.step_timing import StepRecord, StepTimeline
 
-MODES = ("off", "fixed", "dlfp", "dlfp-ct")
-"""Controller modes, spelled as ``ControllerMode`` values."""
-AUTO_TARGET_SLO_FRACTION = 0.6
-"""An ``auto`` target is at least this share of the ITL objective ..."""
-AUTO_TARGET_DECODE_MULTIPLE = 2.0
-"""... and at least this multiple of the measured decode-only step (room for prefill)."""
-OBSERVATIONS = ("busy", "completion", "max")
-"""``dlfp-ct`` observations, spelled as ``Observation`` values."""
-MIN_ALLOWANCE = 0.25
-MAX_ALLOWANCE = 2.0
-"""Bounds of the feed-forward allowance (a factor on the target the model plans for)."""
-
-
-class ControllerSettings(Protocol):
-    """What the controller reads from a settings object (``DLFPConfig`` fits)."""
-
-    @property
-    def controller(self) -> str: ...
-    @property
-    def target_ms(self) -> float | str: ...
-    @property
-    def itl_slo_ms(self) -> float: ...
-    @property
-    def gain(self) -> float: ...
-    @property
-    def initial_cap_tokens(self) -> int: ...
-    @property
-    def min_cap_tokens(self) -> int: ...
-    @property
-    def max_cap_tokens(self) -> int: ...
-    @property
-    def step_tokens(self) -> int: ...
-    @property
-    def fixed_cap_tokens(self) -> int: ...
-    @property
-    def feedforward(self) -> bool: ...
-    @property
-    def observation(self) -> str: ...
-
-
-@dataclass(frozen=True)
-class CapParams:
-    """Controller parameters, checked on construction (``DLFPConfig`` holds the defaults)."""
-
-    mode: str
-    target_ms: float | None
-    """None = ``auto``: derived from ``itl_slo_ms`` and the measured decode-only step."""
-    gain: float
-    initial_cap_tokens: int
-    min_cap_tokens: int
-    max_cap_tokens: int
-    step_tokens: int
-    fixed_cap_tokens: int
-    feedforward: bool
-    """``dlfp-ct`` only: size each mixed step from the online cost model."""
-    itl_slo_ms: float
-    """The ITL objective an ``auto`` target derives from."""
-    observation: str
-    """``dlfp-ct`` only: the step time fed back (one of ``OBSERVATIONS``)."""
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.observation not in OBSERVATIONS:
-            raise ValueError(f"observation must be one of {OBSERVATIONS}")
-        is_target_valid = self.target_ms is None or self.target_ms > 0
-        if not (is_target_valid and 0 < self.gain <= 1 and self.step_tokens >= 1):
-            raise ValueError("need target_ms > 0, 0 < gain <= 1 and step_tokens >= 1")
-        caps = (self.min_cap_tokens, self.initial_cap_tokens, self.fixed_cap_tokens)
-        if not (1 <= self.min_cap_tokens <= min(caps[1:]) <= max(caps[1:]) <= self.max_cap_tokens):
-            raise ValueError("need 1 <= min_cap <= initial_cap, fixed_cap <= max_cap")
-        if any(cap % self.step_tokens for cap in (*caps, self.max_cap_tokens)):
-            raise ValueError(f"every cap must be a multiple of step_tokens={self.step_tokens}")
-
-    @classmethod
-    def from_config(cls, config: ControllerSettings) -> CapParams:
-        return cls(
-            mode=str(config.controller),
-            target_ms=None if config.target_ms == "auto" else float(config.target_ms),
-            gain=config.gain,
-            initial_cap_tokens=config.initial_cap_tokens,
-            min_cap_tokens=config.min_cap_tokens,
-            max_cap_tokens=config.max_cap_tokens,
-            step_tokens=config.step_tokens,
-            fixed_cap_tokens=config.fixed_cap_tokens,
-            feedforward=config.feedforward,
-            itl_slo_ms=config.itl_slo_ms,
-            observation=str(config.observation),
-        )
-
-    def clamp(self, tokens: float) -> int:
-        """Quantise to ``step_tokens`` (round half up), then clamp to the bounds."""
-        quantised = math.floor(tokens / self.step_tokens + 0.5) * self.step_tokens
-        return min(max(quantised, self.min_cap_tokens), self.max_cap_tokens)
-
-    def starting_cap(self) -> int | None:
-        """The cap a freshly reset controller applies in this mode."""
-        if self.mode == "off":
-            return None
-        if self.mode == "fixed":
-            return self.fixed_cap_tokens
-        return self.initial_cap_tokens
-
-    @property
-    def uses_cost_model(self) -> bool:
-        return self.feedforward and self.mode == "dlfp-ct"
-
-
-@dataclass(frozen=True)
-class ControllerState:
-    """Read-only snapshot of the controller, for metrics and ``/admin``."""
-
-    mode: str
-    target_ms: float
-    """The target in force, ms (resolved at the latest step when ``auto``)."""
-    target_source: str
-    """``auto`` (derived from the ITL objective and the decode step) or ``set``."""
-    cap_tokens: int | None
-    """The feedback cap in force, or under feed-forward the cap of the latest capped step;
-    None when the mode is ``off``."""
-    last_observation_ms: float | None
-    """Last observation fed to the control law."""
-    num_updates: int
-    """Control-law evaluations (guarded cycles), whether or not the cap moved."""
-    last_update_unix_s: float | None
-    num_mixed_steps: int
-    """Steps with >=1 decode token and >0 prefill tokens."""
-    num_decode_free_steps: int
-    """Steps scheduled with no request decoding (never capped)."""
-    num_stale_observations: int
-    """Mixed-step observations ignored because the step ran under an older cap."""
-    num_steps: int
-    feedforward: bool
-    """Whether mixed steps are sized from the cost model (``dlfp-ct`` with ``feedforward``)."""
-    cost_model_ready: bool
-    """Whether the cost model has seen enough steps with prefill to predict."""
-    allowance: float
-    """Feed-forward correction: the model plans each step for ``allowance * target``."""
-    cost_coefficients: list[float] | None
-    """The cost model's fit (see ``cost_model``), or None before it is ready."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+__all__ = [
+    "MODES",
+    "OBSERVATIONS",
+    "CapParams",
+    "ControllerSettings",
+    "ControllerState",
+    "PrefillCapController",
+]
 
 
 class PrefillCapController:

@@ -38,6 +38,7 @@ def test_controller_imports_neither_vllm_nor_fastapi() -> None:
             "cost_model.py",
             "prefill_order.py",
             "cpu_features.py",
+            "controller_params.py",
         )
     ]
     pure += [p for p in (ROOT / "engine_worker" / "step_timing.py",) if p.exists()]
