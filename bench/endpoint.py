@@ -71,6 +71,21 @@ async def apply_admin_patch(
     return body if isinstance(body, dict) else {"response": body}
 
 
+async def get_settings(
+    client: httpx.AsyncClient, base_url: str, admin_token: str | None
+) -> dict[str, Any] | None:
+    """The DLFP settings in force (``GET /admin/dlfp``), or None where there are none."""
+    url = server_root(base_url) + "/admin/dlfp"
+    try:
+        response = await client.get(url, headers=bearer(admin_token), timeout=60.0)
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    settings = response.json().get("settings")
+    return settings if isinstance(settings, dict) else None
+
+
 async def reset_controller(
     client: httpx.AsyncClient, base_url: str, admin_token: str | None
 ) -> dict[str, Any]:

@@ -9,6 +9,7 @@ file exists, so an interrupted run resumes where it stopped.
 from __future__ import annotations
 
 import asyncio
+import json
 import platform
 import sys
 import time
@@ -22,7 +23,7 @@ import httpx
 
 from bench.calibrate import calibrated_workload, write_host
 from bench.client import ClientSettings, send_request, server_root
-from bench.endpoint import apply_admin_patch, reset_controller, wait_ready
+from bench.endpoint import apply_admin_patch, get_settings, reset_controller, wait_ready
 from bench.records import RequestRecord, Trial, trial_path, write_trial
 from bench.scrape import MetricsPoller
 from bench.stats import request_gaps, ttft_s
@@ -55,6 +56,8 @@ class RunConfig:
     """Rerun trials that are already recorded."""
     calibrate_fraction: float | None = None
     """Scale the long prompts to this share of the measured prefill throughput."""
+    baseline_settings: dict[str, Any] | None = None
+    """The server's DLFP settings before the first arm; every arm's patch applies to them."""
 
 
 class Progress:
@@ -125,9 +128,11 @@ async def run_trial(
     admin_response = reset_response = None
     steps = StepPoller(http, run.client.base_url, run.admin_token)
     if arm.admin_patch is not None:
-        admin_response = await apply_admin_patch(
-            http, run.client.base_url, arm.admin_patch, run.admin_token
-        )
+        # NOTE: each arm's patch applies to the server's settings at the start of the
+        # run, never to the previous arm's: a PATCH leaves the fields it omits as they
+        # are, and one arm's settings would otherwise leak into the next.
+        patch = (run.baseline_settings or {}) | arm.admin_patch
+        admin_response = await apply_admin_patch(http, run.client.base_url, patch, run.admin_token)
         # NOTE: a PATCH that keeps the mode keeps the learned cap and cost model:
         # reset, so that every arm's trial starts from the same controller state.
         reset_response = await reset_controller(http, run.client.base_url, run.admin_token)
@@ -171,6 +176,19 @@ async def run_trial(
     return Trial(arm.name, seed, header, records, poller.samples, steps.steps)
 
 
+async def baseline_settings(http: httpx.AsyncClient, run: RunConfig) -> dict[str, Any] | None:
+    """The server's settings before any arm, saved beside the results and reused on resume."""
+    path = run.results_dir / "baseline-settings.json"
+    if path.exists():
+        saved: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return saved
+    settings = await get_settings(http, run.client.base_url, run.admin_token)
+    if settings is not None:
+        run.results_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    return settings
+
+
 def rotated(arms: tuple[Arm, ...], by: int) -> tuple[Arm, ...]:
     shift = by % len(arms) if arms else 0
     return arms[shift:] + arms[:shift]
@@ -187,6 +205,9 @@ async def run_all(run: RunConfig, counter: TokenCounter) -> list[Path]:
     async with httpx.AsyncClient(limits=limits, timeout=run.client.request_timeout_s) as http:
         await wait_ready(http, run.client.base_url, run.client.api_key, run.ready_timeout_s)
         await write_host(http, run.client.base_url, run.admin_token, run.results_dir)
+        if run.baseline_settings is None and any(a.admin_patch is not None for a in run.arms):
+            baseline = await baseline_settings(http, run)
+            run = replace(run, baseline_settings=baseline)
         if run.calibrate_fraction is not None:
             workload = await calibrated_workload(
                 http, run.client, run.workload, run.calibrate_fraction, run.results_dir, counter

@@ -24,7 +24,7 @@ import httpx
 
 from bench.calibrate import calibrated_workload, write_host
 from bench.endpoint import wait_ready
-from bench.loadgen import RunConfig, run_all
+from bench.loadgen import RunConfig, baseline_settings, run_all
 from bench.records import find_trials, read_trial
 from bench.stats import SLO, summarize
 from bench.tokens import TokenCounter
@@ -59,6 +59,8 @@ async def run_sweep(run: RunConfig, rates: tuple[float, ...], counter: TokenCoun
             )
             workload = replace(workload, long_min_tokens=calibrated.long_min_tokens)
             workload = replace(workload, long_max_tokens=calibrated.long_max_tokens)
+        if any(arm.admin_patch is not None for arm in run.arms):
+            run = replace(run, baseline_settings=await baseline_settings(http, run))
     for number, rate in enumerate(rates, 1):
         print(f"[sweep] rate {number}/{len(rates)}: {rate:g} request/s", file=sys.stderr)
         await run_all(

@@ -62,6 +62,7 @@ class FakeOpenAIServer:
                 Route("/v1/completions", self.generate, methods=["POST"]),
                 Route("/metrics", self.metrics),
                 Route("/admin/dlfp", self.admin, methods=["PATCH"]),
+                Route("/admin/dlfp", self.settings, methods=["GET"]),
                 Route("/admin/dlfp/reset", self.reset, methods=["POST"]),
                 Route("/admin/dlfp/steps", self.steps),
             ]
@@ -85,6 +86,9 @@ class FakeOpenAIServer:
         patch = await request.json()
         self.patches.append(patch)
         return JSONResponse({"settings": patch, "state": {}})
+
+    async def settings(self, request: Request) -> Response:
+        return JSONResponse({"settings": {"controller": "dlfp-ct", "gain": 0.5}, "state": {}})
 
     async def reset(self, request: Request) -> Response:
         self.num_resets += 1
@@ -192,7 +196,7 @@ def test_trial_records_every_request_exactly(fake_server: FakeOpenAIServer, tmp_
     written = asyncio.run(run_all(_run_config(fake_server, tmp_path, (arm,)), CharCounter()))
     assert written == [tmp_path / "dlfp-ct" / "seed-801.jsonl"]
     trial = read_trial(written[0])
-    assert fake_server.patches == [{"controller": "dlfp-ct"}]
+    assert fake_server.patches == [{"controller": "dlfp-ct", "gain": 0.5}]  # on the baseline
     assert len(trial.requests) == 5 and [r.is_warmup for r in trial.requests][:2] == [True, False]
     for record in trial.requests:
         assert record.status == "ok", record.error
@@ -270,6 +274,9 @@ def test_cli_runs_arms_then_compares(
         *("off", "dlfp-ct", "off"),
     ]
     assert fake_server.num_resets == 6
+    # Every arm's patch applies to the settings before the first arm, not the last arm's.
+    assert all(p["gain"] == 0.5 for p in fake_server.patches)
+    assert json.loads((tmp_path / "baseline-settings.json").read_text())["gain"] == 0.5
     trial = read_trial(trial_path(tmp_path, "dlfp-ct", 801))
     assert trial.steps and all(s["predicted_busy_ms"] is not None for s in trial.steps)
     summary = json.loads((tmp_path / "summary.json").read_text())
