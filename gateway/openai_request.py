@@ -95,6 +95,11 @@ def _logit_bias(bias: dict[str, float] | None) -> dict[int, float] | None:
         raise APIError(400, "logit_bias keys must be token ids", param="logit_bias") from None
 
 
+def _strict(tool: dict[str, Any]) -> dict[str, Any]:
+    function = tool["function"]
+    return tool | {"function": function | {"strict": function.get("strict", True)}}
+
+
 def _check_text(text: str, param: str) -> None:
     """A lone surrogate (legal in JSON, not in UTF-8) cannot be tokenized."""
     try:
@@ -195,6 +200,8 @@ class ChatInput(_Input[ChatCompletionRequest]):
         body = self.body
         if body.top_logprobs is not None and not body.logprobs:
             raise APIError(400, "top_logprobs requires logprobs=true", param="top_logprobs")
+        if body.echo:
+            raise APIError(400, "echo is not supported", param="echo")
         for name in ("audio", "prediction", "web_search_options"):
             if getattr(body, name) is not None:
                 raise APIError(400, f"{name} is not supported", param=name)
@@ -229,9 +236,12 @@ class ChatInput(_Input[ChatCompletionRequest]):
         body = self.body
         request: dict[str, Any] = {"model": body.model, "messages": self.messages}
         if body.tools:
-            request["tools"] = self.tools
             choice = body.effective_tool_choice()
+            request["tools"] = self.tools
             request["tool_choice"] = choice if isinstance(choice, str) else choice.model_dump()
+            if choice not in ("auto", "none"):
+                # A forced call follows the tool's schema, as if the tool said strict.
+                request["tools"] = [_strict(tool) for tool in self.tools]
         if body.parallel_tool_calls is not None:
             request["parallel_tool_calls"] = body.parallel_tool_calls
         if body.response_format is not None:

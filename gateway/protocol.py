@@ -258,6 +258,8 @@ class ChatCompletionRequest(_SamplingFields):
     parallel_tool_calls: StrictBool | None = None
     include_reasoning: StrictBool = True
     """vLLM extension: with a reasoning parser, return the thinking text in ``reasoning``."""
+    echo: StrictBool = False
+    """vLLM extension, refused when true (as on /v1/completions)."""
     # Refused by name, see REFUSED_FIELDS.
     audio: Any = None
     prediction: Any = None
