@@ -224,6 +224,7 @@ class VLLMEngine:
         self._closed = False
         self._chat_template: str | None = None
         self._parser_cls: Any = None
+        self._compact_json = False
 
     @property
     def is_ready(self) -> bool:
@@ -312,6 +313,8 @@ class VLLMEngine:
         from engine_worker.output_parser import parser_class
 
         model_config = llm.model_config
+        structured = llm.vllm_config.structured_outputs_config
+        self._compact_json = bool(getattr(structured, "disable_any_whitespace", False))
         self.info.root = self.spec.model
         self.info.sampling_defaults = dict(model_config.get_diff_sampling_param())
         if self.spec.chat_template is not None:
@@ -328,7 +331,9 @@ class VLLMEngine:
 
         self._require()
         with self._tokenizer_lock:
-            return chat_output(self._parser_cls, self._tokenizer, request, prompt_token_ids)
+            return chat_output(
+                self._parser_cls, self._tokenizer, request, prompt_token_ids, self._compact_json
+            )
 
     def render_chat(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None

@@ -58,8 +58,31 @@ def _with_object_arguments(call: dict[str, Any]) -> dict[str, Any]:
     return dict(call, function=function)
 
 
+def _compact(structural_tag: str) -> str:
+    """At most one whitespace in a row inside the tag's JSON (xgrammar refuses 0).
+
+    Structural tags ignore the engine's ``disable_any_whitespace``, and with unbounded
+    whitespace a weak model pads the arguments until max_tokens."""
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            out = {k: walk(v) for k, v in node.items()}
+            if "max_whitespace_cnt" in out and out["max_whitespace_cnt"] is None:
+                out["max_whitespace_cnt"] = 1
+            return out
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    return json.dumps(walk(json.loads(structural_tag)))
+
+
 def chat_output(
-    parser_cls: Any, tokenizer: Any, body: dict[str, Any], prompt_token_ids: list[int]
+    parser_cls: Any,
+    tokenizer: Any,
+    body: dict[str, Any],
+    prompt_token_ids: list[int],
+    compact_json: bool = True,
 ) -> ChatOutput:
     """The constraints and per-choice parsers for one chat body."""
     from pydantic import ValidationError
@@ -79,7 +102,8 @@ def chat_output(
     constraints: dict[str, Any] = {"skip_special_tokens": bool(request.skip_special_tokens)}
     structured = request.structured_outputs
     if structured is not None and structured.structural_tag is not None:
-        constraints["structural_tag"] = structured.structural_tag
+        tag = structured.structural_tag
+        constraints["structural_tag"] = _compact(tag) if compact_json else tag
     elif structured is not None and isinstance(structured.json, dict):
         constraints["json_schema"] = structured.json
     elif structured is not None and isinstance(structured.json, str):
