@@ -8,6 +8,7 @@ import openai
 import pytest
 
 from tests.conftest import Server, start_server, stop_server
+from tests.test_engine_tools import named_round_trip
 
 pytestmark = pytest.mark.engine
 
@@ -30,3 +31,33 @@ def test_capital_of_france(smollm_server: Server) -> None:
         temperature=0,
     )
     assert "Paris" in (reply.choices[0].message.content or "")
+
+
+def test_capital_of_france_with_the_models_default_sampling(smollm_server: Server) -> None:
+    """No temperature or top_p sent: the model card's 0.2 and 0.9 apply."""
+    client = openai.OpenAI(api_key="unused", base_url=smollm_server.base_url + "/v1", timeout=300)
+    answers = [
+        client.chat.completions.create(
+            model="smollm2-135m-instruct",
+            messages=[{"role": "user", "content": "What is the capital of France?"}],
+            max_tokens=30,
+            seed=seed,
+        )
+        .choices[0]
+        .message.content
+        or ""
+        for seed in range(10)
+    ]
+    assert sum("Paris" in answer for answer in answers) >= 8, answers
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_named_tool_round_trip(smollm_server: Server, stream: bool) -> None:
+    named_round_trip(smollm_server, "smollm2-135m-instruct", stream)
+
+
+def test_model_card_root_is_the_converted_directory(smollm_server: Server) -> None:
+    with smollm_server.client() as client:
+        [card] = client.get("/v1/models").json()["data"]
+    assert card["root"].endswith("smollm2-135m-instruct-v2")
+    assert card["max_model_len"] > 0 and card["permission"]

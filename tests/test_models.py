@@ -155,6 +155,9 @@ def test_embedded_real_conversion() -> None:
     assert config["architectures"] == ["LlamaForCausalLM"]
     assert "quantization_config" not in config
     assert (model_dir / "model.safetensors").stat().st_size > 200_000_000
+    generation = json.loads((model_dir / "generation_config.json").read_text())
+    assert (generation["temperature"], generation["top_p"]) == (0.2, 0.9)
+    assert "<tool_call>" in (model_dir / "chat_template.jinja").read_text()
     # A cache hit must not pay for torch or transformers.
     code = (
         "import sys; from engine_worker.embedded_model import ensure_embedded_model as e; "
