@@ -111,6 +111,17 @@ class Formatter:
         """Chunks sent before the first token."""
         return []
 
+    def stream_events(self, delta: ChoiceDelta) -> list[dict[str, Any]]:
+        """The events one engine delta makes: here one chunk, or none yet."""
+        choice = self.stream_choice(delta)
+        return [] if choice is None else [self.chunk([choice])]
+
+    def closing(self, num_prompt_tokens: int, num_generated_tokens: int) -> list[dict[str, Any]]:
+        """Events after the last delta: the usage chunk, if asked for."""
+        if not self.include_usage:
+            return []
+        return [self.usage_chunk(num_prompt_tokens, num_generated_tokens)]
+
     def stream_choice(self, delta: ChoiceDelta) -> dict[str, Any] | None:
         """One streamed choice; None = nothing to send for this delta yet."""
         choice = self._stream_choice(delta)

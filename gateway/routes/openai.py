@@ -25,6 +25,7 @@ from gateway.protocol import (
     ModelList,
     ModelPermission,
 )
+from gateway.responses import ResponsesInput, ResponsesRequest
 
 router = APIRouter(dependencies=[AuthorizedV1])
 
@@ -63,3 +64,9 @@ async def chat_completions(
 )
 async def completions(body: CompletionRequest, completions: CompletionsDep) -> Response | BaseModel:
     return await completions.run(CompletionInput(body))
+
+
+@router.post("/v1/responses", response_model=None, responses={**_ERRORS, 200: {"content": _STREAM}})
+async def responses(body: ResponsesRequest, completions: CompletionsDep) -> Response | BaseModel:
+    """Stateless: ``store`` is accepted and nothing is stored."""
+    return await completions.run(ResponsesInput(body))
