@@ -166,3 +166,46 @@ def test_vllm_benchmark_client_without_model(gateway_server: Server) -> None:
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Successful requests:                     3" in result.stdout, result.stdout[-3000:]
+
+
+RESPONSES_TOOL: Any = {"type": "function", **WEATHER["function"]}
+
+
+def test_responses_text_streamed_and_not(gateway_server: Server) -> None:
+    client = _oai(gateway_server)
+    common: Any = {"model": TINY_MODEL_NAME, "input": "Tell me about the fields.", "seed": 3}
+    reply = client.responses.create(max_output_tokens=8, temperature=0, **common)
+    assert reply.status == "incomplete" and reply.output_text
+    assert reply.usage is not None and reply.usage.output_tokens == 8
+    events = list(
+        client.responses.create(max_output_tokens=8, temperature=0, stream=True, **common)
+    )
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[-1] in ("response.completed", "response.incomplete")
+    text = "".join(getattr(e, "delta", "") for e in events if e.type.endswith("text.delta"))
+    assert text == reply.output_text  # greedy: the same text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_function_call(gateway_server: Server, stream: bool) -> None:
+    client = _oai(gateway_server)
+    common: Any = {
+        "model": TINY_MODEL_NAME,
+        "input": "What is the weather in Paris?",
+        "tools": [RESPONSES_TOOL],
+        "tool_choice": {"type": "function", "name": "get_weather"},
+        "max_output_tokens": 200,
+    }
+    if stream:
+        events = list(client.responses.create(stream=True, **common))
+        done = [e for e in events if e.type == "response.function_call_arguments.done"]
+        assert len(done) >= 1
+        arguments = done[0].arguments  # type: ignore[union-attr]
+        assert events[-1].type == "response.completed"
+    else:
+        reply = client.responses.create(**common)
+        calls = [item for item in reply.output if item.type == "function_call"]
+        assert calls and calls[0].name == "get_weather"
+        arguments = calls[0].arguments
+    assert json.loads(arguments)["city"] in ("Paris", "Rome")
