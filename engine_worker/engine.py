@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from engine_worker.api import (
+    ChatOutput,
     ChoiceDelta,
     EngineDeadError,
     EngineInfo,
@@ -66,6 +67,12 @@ class EngineSpec:
     model_cache_dir: Path | None = None
     use_dlfp_scheduler: bool = True
     stat_loggers: list[Callable[..., Any]] = field(default_factory=list)
+    tool_call_parser: str | None = "hermes"
+    """vLLM's tool-call parser name, for ``tool_choice`` auto."""
+    reasoning_parser: str | None = None
+    """vLLM's reasoning parser name; None = thinking text stays in the content."""
+    chat_template: Path | None = None
+    """A Jinja file replacing the model's own chat template."""
 
 
 def _engine_args(spec: EngineSpec) -> Any:
@@ -176,11 +183,20 @@ def _sampling_params(options: SamplingOptions) -> Any:
         structured = StructuredOutputsParams(json=options.json_schema)
     elif options.json_object:
         structured = StructuredOutputsParams(json_object=True)
+    if options.structural_tag is not None:
+        structured = StructuredOutputsParams(structural_tag=options.structural_tag)
+    optional = {
+        name: value
+        for name in ("top_k", "min_p", "repetition_penalty", "logit_bias")
+        if (value := getattr(options, name)) is not None
+    }
     return SamplingParams(
         n=options.n,
         max_tokens=options.max_tokens,
         temperature=options.temperature,
         top_p=options.top_p,
+        skip_special_tokens=options.skip_special_tokens,
+        **optional,
         seed=options.seed,
         stop=list(options.stop) or None,
         presence_penalty=options.presence_penalty,
@@ -269,6 +285,9 @@ class VLLMEngine:
         self._channel: Any = None
         self._closed = False
         self._needs_stage_buffers = False
+        self._chat_template: str | None = None
+        self._parser_cls: Any = None
+        self._compact_json = False
 
     @property
     def is_ready(self) -> bool:
@@ -289,6 +308,7 @@ class VLLMEngine:
         self.info.extra["max_token_bytes"] = await asyncio.to_thread(
             _max_token_bytes, self._tokenizer
         )
+        await asyncio.to_thread(self._prepare_chat, llm)
         self._llm = llm
         if self.spec.use_dlfp_scheduler:
             from engine_worker.channel import DLFPChannel
@@ -379,16 +399,53 @@ class VLLMEngine:
             raise EngineNotReadyError("the engine is still loading")
         return self._llm
 
-    def render_chat(self, messages: list[dict[str, Any]]) -> list[int]:
+    def _prepare_chat(self, llm: Any) -> None:
+        """Sampling defaults, the chat template and the output parsers, once at start."""
+        from engine_worker.output_parser import parser_class
+
+        model_config = llm.model_config
+        structured = llm.vllm_config.structured_outputs_config
+        self._compact_json = bool(getattr(structured, "disable_any_whitespace", False))
+        self.info.root = self.spec.model
+        self.info.sampling_defaults = dict(model_config.get_diff_sampling_param())
+        if self.spec.chat_template is not None:
+            self._chat_template = self.spec.chat_template.read_text()
+        self._parser_cls = parser_class(
+            self.spec.tool_call_parser,
+            self.spec.reasoning_parser,
+            self._tokenizer,
+            self.spec.served_model_name,
+        )
+
+    def chat_output(self, request: dict[str, Any], prompt_token_ids: list[int]) -> ChatOutput:
+        from engine_worker.output_parser import chat_output
+
+        self._require()
+        with self._tokenizer_lock:
+            return chat_output(
+                self._parser_cls, self._tokenizer, request, prompt_token_ids, self._compact_json
+            )
+
+    def render_chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> list[int]:
         """Thread-safe (the gateway calls it off the event loop); InvalidRequestError
         for a conversation the model's template refuses."""
         from jinja2 import TemplateError
 
+        from engine_worker.output_parser import template_messages
+
         self._require()
+        extra: dict[str, Any] = {"tools": tools} if tools else {}
+        if self._chat_template is not None:
+            extra["chat_template"] = self._chat_template
         try:
             with self._tokenizer_lock:
                 text = self._tokenizer.apply_chat_template(
-                    messages, add_generation_prompt=True, tokenize=False
+                    template_messages(messages),
+                    add_generation_prompt=True,
+                    tokenize=False,
+                    **extra,
                 )
                 return list(self._tokenizer.encode(text, add_special_tokens=False))
         except (TemplateError, ValueError, TypeError, KeyError) as exc:

@@ -68,9 +68,7 @@ class Completions:
         gateway.admission.check_capacity()
         given.check_size(engine)
         prompt_ids = await asyncio.to_thread(given.prompt_ids, engine)
-        options = given.options(
-            len(prompt_ids), engine.info.max_model_len, gateway.settings.max_tokens_limit
-        )
+        options = given.options(len(prompt_ids), engine, gateway.settings.max_tokens_limit)
         stack = AsyncExitStack()
         ticket = await self._admit(len(prompt_ids), priority, stack)
         completion_id = f"{given.id_prefix}-{uuid.uuid4().hex}"
@@ -197,9 +195,10 @@ async def _events(stream: MeasuredStream, fmt: Formatter) -> AsyncIterator[bytes
         async for output in stream.chunks():
             for delta in output.choices:
                 if delta.token_ids or delta.finish_reason is not None:
-                    yield event(fmt.chunk([fmt.stream_choice(delta)]))
-        if fmt.include_usage:
-            yield event(fmt.usage_chunk(stream.num_prompt_tokens, stream.num_generated))
+                    for body in fmt.stream_events(delta):
+                        yield event(body)
+        for body in fmt.closing(stream.num_prompt_tokens, stream.num_generated):
+            yield event(body)
     except Exception as exc:  # any engine failure: the client must see the stream end
         status = 503 if isinstance(exc, EngineDeadError) else 500
         error = APIError(status, f"the engine failed during the stream: {exc}", code="engine_error")

@@ -44,9 +44,13 @@ def build_engine(
         dtype=settings.dtype,
         dlfp=dlfp,
         kv_cache_gib=settings.kv_cache_gib,
-        engine_args=dict(settings.engine_args)
+        engine_args={"generation_config": settings.generation_config}
+        | dict(settings.engine_args)
         | ({"scheduling_policy": "priority"} if settings.scheduling_policy == "priority" else {}),
         model_cache_dir=settings.model_cache_dir,
         stat_loggers=list(stat_loggers or []),
+        tool_call_parser=settings.tool_call_parser,
+        reasoning_parser=settings.reasoning_parser,
+        chat_template=settings.chat_template,
     )
     return VLLMEngine(spec)

@@ -110,6 +110,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     param = ".".join(loc) or None
     if first.get("type") == "json_invalid":
         return "the request body is not valid JSON", None
+    if first.get("type") == "extra_forbidden":
+        return f"unknown parameter {param!r}: this gateway does not support it", param
     prefix = f"{param}: " if param else ""
     return f"{prefix}{first.get('msg', 'invalid value')}", param
 

@@ -8,11 +8,12 @@ rest: the chunk envelope, the usage chunk, and collecting a reply by choice.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
 
-from engine_worker.api import ChoiceDelta
+from engine_worker.api import ChoiceDelta, OutputParser, ParsedOutput, ToolCallDelta
 from gateway.protocol import (
     AssistantMessage,
     ChatChoice,
@@ -24,6 +25,8 @@ from gateway.protocol import (
     CompletionChoice,
     CompletionLogprobs,
     CompletionRequest,
+    FunctionCall,
+    ToolCall,
     TopLogprob,
     Usage,
 )
@@ -108,19 +111,69 @@ class Formatter:
         """Chunks sent before the first token."""
         return []
 
-    def stream_choice(self, delta: ChoiceDelta) -> dict[str, Any]:
-        out = self._stream_choice(delta) | {"finish_reason": delta.finish_reason}
+    def stream_events(self, delta: ChoiceDelta) -> list[dict[str, Any]]:
+        """The events one engine delta makes: here one chunk, or none yet."""
+        choice = self.stream_choice(delta)
+        return [] if choice is None else [self.chunk([choice])]
+
+    def closing(self, num_prompt_tokens: int, num_generated_tokens: int) -> list[dict[str, Any]]:
+        """Events after the last delta: the usage chunk, if asked for."""
+        if not self.include_usage:
+            return []
+        return [self.usage_chunk(num_prompt_tokens, num_generated_tokens)]
+
+    def stream_choice(self, delta: ChoiceDelta) -> dict[str, Any] | None:
+        """One streamed choice; None = nothing to send for this delta yet."""
+        choice = self._stream_choice(delta)
+        if choice is None:
+            return None
+        out = choice | {"finish_reason": self._stream_finish_reason(delta)}
         return out | ({"token_ids": delta.token_ids} if self.return_token_ids else {})
 
-    def _stream_choice(self, delta: ChoiceDelta) -> dict[str, Any]:
+    def _stream_choice(self, delta: ChoiceDelta) -> dict[str, Any] | None:
         raise NotImplementedError
+
+    def _stream_finish_reason(self, delta: ChoiceDelta) -> str | None:
+        return delta.finish_reason
 
     def reply(self, deltas: list[list[ChoiceDelta]], usage: Usage) -> BaseModel:
         raise NotImplementedError
 
 
+def _tool_call_chunk(call: ToolCallDelta) -> dict[str, Any]:
+    """A ``delta.tool_calls`` entry as OpenAI's clients accumulate them."""
+    out: dict[str, Any] = {"index": call.index}
+    if call.id is not None:
+        out |= {"id": call.id, "type": "function"}
+    function = {
+        k: v for k, v in (("name", call.name), ("arguments", call.arguments)) if v is not None
+    }
+    return out | ({"function": function} if function else {})
+
+
 class ChatFormatter(Formatter):
     chunk_object = "chat.completion.chunk"
+
+    def __init__(
+        self,
+        body: ChatCompletionRequest,
+        completion_id: str,
+        model: str,
+        new_parser: Callable[[], OutputParser] | None = None,
+    ) -> None:
+        super().__init__(body, completion_id, model)
+        self._new_parser = new_parser
+        self._parsers: dict[int, OutputParser] = {}
+        self._called: set[int] = set()
+        self._is_named = body.tools is not None and not isinstance(body.tool_choice, str | None)
+        self._include_reasoning = body.include_reasoning
+
+    def _parser(self, index: int) -> OutputParser | None:
+        if self._new_parser is None:
+            return None
+        if index not in self._parsers:
+            self._parsers[index] = self._new_parser()
+        return self._parsers[index]
 
     def preamble(self) -> list[dict[str, Any]]:
         role = {"role": "assistant", "content": ""}
@@ -129,13 +182,39 @@ class ChatFormatter(Formatter):
             for i in range(self.n)
         ]
 
-    def _stream_choice(self, delta: ChoiceDelta) -> dict[str, Any]:
+    def _stream_choice(self, delta: ChoiceDelta) -> dict[str, Any] | None:
         lp = _chat_logprobs(delta)
+        out: dict[str, Any] = {"content": delta.text}
+        parser = self._parser(delta.index)
+        if parser is not None:
+            finished = delta.finish_reason is not None
+            parsed = parser.parse_delta(delta.text, delta.token_ids, finished)
+            if parsed is None and not finished:
+                return None
+            out = self._delta(delta.index, parsed or ParsedOutput())
         return {
             "index": delta.index,
-            "delta": {"content": delta.text},
+            "delta": out,
             "logprobs": None if lp is None else lp.model_dump(),
         }
+
+    def _delta(self, index: int, parsed: ParsedOutput) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if parsed.reasoning and self._include_reasoning:
+            out["reasoning"] = parsed.reasoning
+        if parsed.content is not None:
+            out["content"] = parsed.content
+        if parsed.tool_calls:
+            self._called.add(index)
+            out["tool_calls"] = [_tool_call_chunk(c) for c in parsed.tool_calls]
+        return out
+
+    def _stream_finish_reason(self, delta: ChoiceDelta) -> str | None:
+        # As vLLM's server: a call the model chose ends with "tool_calls"; a named
+        # tool_choice keeps "stop".
+        if delta.finish_reason == "stop" and delta.index in self._called and not self._is_named:
+            return "tool_calls"
+        return delta.finish_reason
 
     def reply(self, deltas: list[list[ChoiceDelta]], usage: Usage) -> ChatCompletion:
         choices = []
@@ -144,18 +223,42 @@ class ChatFormatter(Formatter):
             logprobs = (
                 ChatLogprobs(content=[t for p in parts for t in p.content or []]) if parts else None
             )
-            message = AssistantMessage(content="".join(d.text for d in ds))
+            message, finish_reason = self._message(index, ds)
             choices.append(
                 ChatChoice(
                     index=index,
                     message=message,
                     logprobs=logprobs,
-                    finish_reason=_finish_reason(ds),
+                    finish_reason=finish_reason,
                 )
             )
         return ChatCompletion(
             id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
         )
+
+    def _message(
+        self, index: int, deltas: list[ChoiceDelta]
+    ) -> tuple[AssistantMessage, str | None]:
+        text = "".join(d.text for d in deltas)
+        finish_reason = _finish_reason(deltas)
+        parser = self._parser(index)
+        if parser is None:
+            return AssistantMessage(content=text), finish_reason
+        parsed = parser.parse(text, [t for d in deltas for t in d.token_ids])
+        calls = [
+            ToolCall(
+                id=c.id or "", function=FunctionCall(name=c.name or "", arguments=c.arguments or "")
+            )
+            for c in parsed.tool_calls
+        ]
+        if calls and not self._is_named and finish_reason in ("stop", None):
+            finish_reason = "tool_calls"
+        message = AssistantMessage(
+            content=parsed.content,
+            reasoning=parsed.reasoning if self._include_reasoning else None,
+            tool_calls=calls,
+        )
+        return message, finish_reason
 
 
 class CompletionFormatter(Formatter):
@@ -165,7 +268,7 @@ class CompletionFormatter(Formatter):
         super().__init__(body, completion_id, model)
         self._offsets: dict[int, int] = {}
 
-    def _stream_choice(self, delta: ChoiceDelta) -> dict[str, Any]:
+    def _stream_choice(self, delta: ChoiceDelta) -> dict[str, Any] | None:
         offset = self._offsets.get(delta.index, 0)
         self._offsets[delta.index] = offset + len(delta.text)
         lp = _completion_logprobs(delta, offset)

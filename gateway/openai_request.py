@@ -7,13 +7,23 @@ slow on a big body (templating, tokenizing): the lifecycle runs it off the event
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Generic, TypeVar
 
-from engine_worker.api import Engine, SamplingOptions
+from engine_worker.api import ChatOutput, Engine, SamplingOptions
 from gateway.errors import APIError
 from gateway.openai_format import ChatFormatter, CompletionFormatter, Formatter
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, ResponseFormat
+
+NEUTRAL_SAMPLING: dict[str, float] = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+}
+"""vLLM's defaults, for a field neither the request nor the model's generation config sets."""
+_MODEL_DEFAULTED = ("top_k", "min_p", "repetition_penalty")
 
 # NOTE: the proof that a prompt is too long from its size alone assumes no token
 # covers more bytes than the vocabulary's longest entry; the factor 2 leaves room
@@ -64,6 +74,30 @@ def _max_tokens(requested: int | None, num_prompt: int, max_model_len: int, limi
             code="context_length_exceeded",
         )
     return requested
+
+
+def sampling_values(body: Any, defaults: dict[str, Any]) -> dict[str, Any]:
+    """Each sampling field: the request's value, else the model's default (vLLM's
+    ``--generation-config auto``), else vLLM's neutral value (None = the engine's)."""
+    out: dict[str, Any] = {}
+    for name, neutral in [*NEUTRAL_SAMPLING.items(), *((n, None) for n in _MODEL_DEFAULTED)]:
+        value = getattr(body, name)
+        out[name] = value if value is not None else defaults.get(name, neutral)
+    return out
+
+
+def _logit_bias(bias: dict[str, float] | None) -> dict[int, float] | None:
+    if not bias:
+        return None
+    try:
+        return {int(token): float(value) for token, value in bias.items()}
+    except ValueError:
+        raise APIError(400, "logit_bias keys must be token ids", param="logit_bias") from None
+
+
+def _strict(tool: dict[str, Any]) -> dict[str, Any]:
+    function = tool["function"]
+    return tool | {"function": function | {"strict": function.get("strict", True)}}
 
 
 def _check_text(text: str, param: str) -> None:
@@ -119,24 +153,31 @@ class _Input(Generic[BodyT]):
     def logprobs(self) -> int | None:
         raise NotImplementedError
 
-    def options(self, num_prompt: int, max_model_len: int, limit: int) -> SamplingOptions:
-        body = self.body
+    def constraints(self) -> dict[str, Any]:
+        """Structured-output fields, from ``response_format`` unless a tool call is forced."""
+        return _response_format(self.body.response_format)
+
+    def options(self, num_prompt: int, engine: Engine, limit: int) -> SamplingOptions:
+        body, defaults = self.body, engine.info.sampling_defaults
+        max_model_len = engine.info.max_model_len
         try:
             stop = body.stop_list()
         except ValueError as exc:
             raise APIError(400, str(exc), param="stop") from exc
+        requested = self.requested_max_tokens()
+        max_tokens = _max_tokens(requested, num_prompt, max_model_len, limit)
+        if requested is None and isinstance(defaults.get("max_tokens"), int):
+            max_tokens = min(max_tokens, defaults["max_tokens"])
         return SamplingOptions(
-            max_tokens=_max_tokens(self.requested_max_tokens(), num_prompt, max_model_len, limit),
-            temperature=body.temperature,
-            top_p=body.top_p,
+            max_tokens=max_tokens,
             seed=body.seed,
             stop=stop,
-            presence_penalty=body.presence_penalty,
-            frequency_penalty=body.frequency_penalty,
             n=body.n,
             logprobs=self.logprobs(),
             ignore_eos=body.ignore_eos,
-            **_response_format(body.response_format),
+            logit_bias=_logit_bias(body.logit_bias),
+            **sampling_values(body, defaults),
+            **self.constraints(),
         )
 
     def formatter(self, completion_id: str, model: str) -> Formatter:
@@ -150,26 +191,74 @@ class ChatInput(_Input[ChatCompletionRequest]):
 
     def __init__(self, body: ChatCompletionRequest) -> None:
         self.body = body
-        self.messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        self.messages = [m.as_template_dict() for m in body.messages]
+        self.tools = [t.model_dump(exclude_none=True) for t in body.tools or []]
+        self.output = ChatOutput()
 
     def check(self, engine: Engine) -> None:
         super().check(engine)
-        if self.body.top_logprobs is not None and not self.body.logprobs:
+        body = self.body
+        if body.top_logprobs is not None and not body.logprobs:
             raise APIError(400, "top_logprobs requires logprobs=true", param="top_logprobs")
-        for message in self.messages:
-            _check_text(message["content"], "messages")
+        if body.echo:
+            raise APIError(400, "echo is not supported", param="echo")
+        for name in ("audio", "prediction", "web_search_options"):
+            if getattr(body, name) is not None:
+                raise APIError(400, f"{name} is not supported", param=name)
+        if body.modalities is not None and body.modalities != ["text"]:
+            refused = 'modalities other than ["text"] are not supported'
+            raise APIError(400, refused, param="modalities")
+        for i, message in enumerate(body.messages):
+            if (j := message.refused_part()) is not None:
+                param = f"messages.{i}.content.{j}"
+                raise APIError(400, "only text content parts are supported", param=param)
+        for rendered in self.messages:
+            _check_text(rendered["content"], "messages")
+        names = {t.function.name for t in body.tools or []}
+        choice = body.tool_choice
+        if choice is not None and choice != "none" and not body.tools:
+            raise APIError(400, "tool_choice needs tools", param="tool_choice")
+        if choice is not None and not isinstance(choice, str) and choice.function.name not in names:
+            unknown = f"tool_choice names {choice.function.name!r}, which is not in tools"
+            raise APIError(400, unknown, param="tool_choice")
 
     def prompt_bytes(self) -> int:
-        return sum(len(m["content"].encode()) for m in self.messages)
+        size = sum(len(m["content"].encode()) for m in self.messages)
+        return size + (len(json.dumps(self.tools).encode()) if self.tools else 0)
 
     def prompt_ids(self, engine: Engine) -> list[int]:
-        return engine.render_chat(self.messages)
+        ids = engine.render_chat(self.messages, self.tools or None)
+        self.output = engine.chat_output(self._output_request(), ids)
+        return ids
+
+    def _output_request(self) -> dict[str, Any]:
+        """The body as vLLM's parsers read it."""
+        body = self.body
+        request: dict[str, Any] = {"model": body.model, "messages": self.messages}
+        if body.tools:
+            choice = body.effective_tool_choice()
+            request["tools"] = self.tools
+            request["tool_choice"] = choice if isinstance(choice, str) else choice.model_dump()
+            if choice not in ("auto", "none"):
+                # A forced call follows the tool's schema, as if the tool said strict.
+                request["tools"] = [_strict(tool) for tool in self.tools]
+        if body.parallel_tool_calls is not None:
+            request["parallel_tool_calls"] = body.parallel_tool_calls
+        if body.response_format is not None:
+            request["response_format"] = body.response_format.model_dump(by_alias=True)
+        request["include_reasoning"] = body.include_reasoning
+        return request
+
+    def constraints(self) -> dict[str, Any]:
+        if self.output.constraints.keys() & {"json_schema", "structural_tag"}:
+            return self.output.constraints
+        return super().constraints() | self.output.constraints
 
     def logprobs(self) -> int | None:
         return (self.body.top_logprobs or 0) if self.body.logprobs else None
 
     def formatter(self, completion_id: str, model: str) -> Formatter:
-        return ChatFormatter(self.body, completion_id, model)
+        return ChatFormatter(self.body, completion_id, model, self.output.new_parser)
 
 
 class CompletionInput(_Input[CompletionRequest]):

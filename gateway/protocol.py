@@ -1,7 +1,10 @@
 """OpenAI request and response bodies (the subset this gateway serves).
 
 Bounds live on the fields so that a bad value is a 400 with the field named,
-before anything reaches the engine.
+before anything reaches the engine. No field is silently ignored: a request field
+is honoured, refused by name (``REFUSED_FIELDS``, checked by the endpoint), or in
+``IGNORED_FIELDS``, the list the README gives; any other is a 400 naming it. A
+field sent as ``null`` counts as unset.
 """
 
 from __future__ import annotations
@@ -16,44 +19,164 @@ MAX_TOP_LOGPROBS = 20
 
 TokenCount = Annotated[int, Field(ge=1, le=1_000_000)]
 
+IGNORED_FIELDS = frozenset(
+    {
+        # OpenAI's bookkeeping fields: nothing is stored or billed here.
+        "user",
+        "metadata",
+        "service_tier",
+        "store",
+        "prompt_cache_key",
+        "safety_identifier",
+        # vLLM extensions this gateway does not implement.
+        "add_generation_prompt",
+        "add_special_tokens",
+        "allowed_token_ids",
+        "bad_words",
+        "chat_template",
+        "chat_template_kwargs",
+        "continue_final_message",
+        "documents",
+        "ec_transfer_params",
+        "include_stop_str_in_output",
+        "kv_transfer_params",
+        "length_penalty",
+        "logprob_token_ids",
+        "media_io_kwargs",
+        "min_tokens",
+        "mm_payload",
+        "mm_processor_kwargs",
+        "prompt_logprobs",
+        "reasoning_effort",
+        "repetition_detection",
+        "request_id",
+        "return_mm_kwargs",
+        "return_prompt_text",
+        "return_token_offsets",
+        "return_tokens_as_token_ids",
+        "routed_experts_prompt_start",
+        "session_id",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "stop_token_ids",
+        "stream_interval",
+        "structured_outputs",
+        "thinking_token_budget",
+        "truncate_prompt_tokens",
+        "truncation_side",
+        "use_beam_search",
+        "vllm_xargs",
+        "watermarking",
+    }
+)
+"""Accepted and deliberately without effect (README: "Ignored request fields")."""
+
+REFUSED_FIELDS = ("audio", "prediction", "web_search_options", "modalities")
+"""Accepted by the schema only to be refused by name (``modalities`` unless ``["text"]``)."""
+
+
+def _unset_dropped(data: Any, ignored: frozenset[str] = frozenset()) -> Any:
+    """``null`` means unset; ignored fields are dropped before validation."""
+    if not isinstance(data, dict):
+        return data
+    return {k: v for k, v in data.items() if v is not None and k not in ignored}
+
 
 class _Request(BaseModel):
-    # Unknown fields are ignored, as OpenAI's clients send some we do not serve.
-    model_config = ConfigDict(extra="ignore")
+    # An unknown field is a 400 naming it (errors.py words the message).
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_unset(cls, data: Any) -> Any:
+        return _unset_dropped(data, IGNORED_FIELDS)
 
 
-class TextPart(BaseModel):
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_unset(cls, data: Any) -> Any:
+        return _unset_dropped(data)
+
+
+class TextPart(_Part):
     type: Literal["text"]
     text: str
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class OtherPart(BaseModel):
+    """An image, audio or file part: accepted by the schema, refused by the endpoint."""
 
+    model_config = ConfigDict(extra="allow")
+    type: Literal["image_url", "input_audio", "file", "refusal"]
+
+
+class FunctionCall(_Part):
+    name: str = Field(min_length=1, max_length=256)
+    arguments: str = ""
+
+
+class ToolCall(_Part):
+    id: str = Field(min_length=1, max_length=256)
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(_Part):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: str | list[TextPart | OtherPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = Field(default=None, max_length=128)
+    """Assistant messages: the calls it made."""
+    tool_call_id: str | None = None
+    """Tool messages: the call this message answers."""
+    reasoning: str | None = None
+    """Assistant messages: their thinking text (vLLM's field); not sent to the model."""
+    refusal: str | None = None
 
     def text(self) -> str:
         if self.content is None:
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text for part in self.content)
+        return "".join(part.text for part in self.content if isinstance(part, TextPart))
+
+    def refused_part(self) -> int | None:
+        """Index of the first image, audio or file part, if any."""
+        if isinstance(self.content, list):
+            for index, part in enumerate(self.content):
+                if isinstance(part, OtherPart) and part.type != "refusal":
+                    return index
+        return None
+
+    def as_template_dict(self) -> dict[str, Any]:
+        """The message as chat templates read it."""
+        out: dict[str, Any] = {"role": self.role, "content": self.text()}
+        if self.name is not None:
+            out["name"] = self.name
+        if self.tool_calls:
+            out["tool_calls"] = [call.model_dump() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
 
 
-class StreamOptions(BaseModel):
+class StreamOptions(_Part):
     include_usage: StrictBool = False
+    continuous_usage_stats: StrictBool = False
+    """vLLM's extension, accepted; usage comes once, at the end."""
 
 
-class JSONSchemaFormat(BaseModel):
+class JSONSchemaFormat(_Part):
     name: str = Field(default="response", max_length=64)
     schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
     strict: bool | None = None
     description: str | None = None
 
 
-class ResponseFormat(BaseModel):
+class ResponseFormat(_Part):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JSONSchemaFormat | None = None
 
@@ -67,15 +190,25 @@ class ResponseFormat(BaseModel):
 class _SamplingFields(_Request):
     model: str = Field(min_length=1, max_length=256)
     max_tokens: TokenCount | None = None
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    """Unset = the model's generation config (vLLM's --generation-config auto), else 1."""
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     stop: str | list[str] | None = None
-    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = Field(
+        default=None, max_length=1024
+    )
     n: int = Field(default=1, ge=1, le=MAX_N)
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
+    top_k: int | None = Field(default=None, ge=-1, le=1_000_000)
+    """vLLM extension: sample among the k likeliest tokens (-1 or 0 = all)."""
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    """vLLM extension: drop tokens less likely than min_p times the likeliest."""
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=2.0)
+    """vLLM extension: above 1 discourages repeating prompt and output tokens."""
     ignore_eos: StrictBool = False
     """vLLM extension: keep generating past the end-of-sequence token."""
     priority: int = Field(default=0, ge=-1000, le=1000)
@@ -84,7 +217,6 @@ class _SamplingFields(_Request):
     """vLLM extension: prefix-cache entries are shared only between equal salts."""
     return_token_ids: StrictBool = False
     """vLLM extension: each streamed choice also carries its generated ``token_ids``."""
-    user: str | None = None
 
     def stop_list(self) -> tuple[str, ...]:
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -93,15 +225,54 @@ class _SamplingFields(_Request):
         return tuple(stops)
 
 
+class FunctionDefinition(_Part):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_.-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class FunctionTool(_Part):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(_Part):
+    name: str
+
+
+class NamedToolChoice(_Part):
+    type: Literal["function"]
+    function: NamedFunction
+
+
 class ChatCompletionRequest(_SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1, max_length=1024)
     max_completion_tokens: TokenCount | None = None
     logprobs: StrictBool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     response_format: ResponseFormat | None = None
+    tools: list[FunctionTool] | None = Field(default=None, max_length=128)
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    """Unset = ``auto`` with tools, ``none`` without (OpenAI's rule)."""
+    parallel_tool_calls: StrictBool | None = None
+    include_reasoning: StrictBool = True
+    """vLLM extension: with a reasoning parser, return the thinking text in ``reasoning``."""
+    echo: StrictBool = False
+    """vLLM extension, refused when true (as on /v1/completions)."""
+    # Refused by name, see REFUSED_FIELDS.
+    audio: Any = None
+    prediction: Any = None
+    web_search_options: Any = None
+    modalities: Any = None
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
+
+    def effective_tool_choice(self) -> str | NamedToolChoice:
+        if self.tool_choice is not None:
+            return self.tool_choice
+        return "auto" if self.tools else "none"
 
 
 class CompletionRequest(_SamplingFields):
@@ -140,6 +311,9 @@ class ChatLogprobs(BaseModel):
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
+    reasoning: str | None = None
+    """The thinking text, when a reasoning parser is set (vLLM 0.32's field)."""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
 
 
 class ChatChoice(BaseModel):
@@ -181,12 +355,35 @@ class Completion(BaseModel):
     usage: Usage
 
 
+class ModelPermission(BaseModel):
+    """vLLM's server returns one of these per card; clients only read it."""
+
+    id: str
+    object: Literal["model_permission"] = "model_permission"
+    created: int
+    allow_create_engine: bool = False
+    allow_sampling: bool = True
+    allow_logprobs: bool = True
+    allow_search_indices: bool = False
+    allow_view: bool = True
+    allow_fine_tuning: bool = False
+    organization: str = "*"
+    group: str | None = None
+    is_blocking: bool = False
+
+
 class ModelCard(BaseModel):
+    """The fields vLLM's server returns (its benchmark client reads ``root``)."""
+
     id: str
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "dlfp-gateway"
+    root: str
+    """The model the name serves: its directory, or the embedded model's name."""
+    parent: str | None = None
     max_model_len: int
+    permission: list[ModelPermission]
 
 
 class ModelList(BaseModel):

@@ -14,7 +14,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, create_model, field_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    FilePath,
+    SecretStr,
+    ValidationError,
+    create_model,
+    field_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -114,6 +122,15 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
 
     max_tokens_limit: int = Field(default=4096, ge=1)
     """Largest max_tokens a request may ask for."""
+    generation_config: Literal["auto", "vllm"] = "auto"
+    """Sampling defaults for fields a request leaves unset: auto = the model's
+    generation_config.json, vllm = vLLM's neutral defaults."""
+    tool_call_parser: str = Field(default="hermes", min_length=1)
+    """vLLM's tool-call parser for tool_choice auto (hermes, qwen3_xml, llama3_json, ...)."""
+    reasoning_parser: str | None = None
+    """vLLM's reasoning parser (qwen3, deepseek_r1, ...); unset = thinking text stays in content."""
+    chat_template: FilePath | None = None
+    """A Jinja file replacing the served model's chat template (e.g. one that renders tools)."""
 
     # --- engine health ---
     engine_stall_s: float = Field(default=300.0, ge=1)

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from engine_worker.api import (
+    ChatOutput,
     ChoiceDelta,
     EngineDeadError,
     EngineInfo,
@@ -52,6 +53,10 @@ class FakeEngine:
         self.num_dlfp_resets = 0
         self.dlfp_failure: Exception | None = None
         self.dlfp_delay_s = 0.0
+        self.output = ChatOutput()
+        """What ``chat_output`` returns; a test may set a parser here."""
+        self.output_requests: list[dict[str, Any]] = []
+        self.rendered_tools: list[dict[str, Any]] | None = None
 
     @property
     def is_ready(self) -> bool:
@@ -70,9 +75,16 @@ class FakeEngine:
     async def shutdown(self) -> None:
         self._ready = False
 
-    def render_chat(self, messages: list[dict[str, Any]]) -> list[int]:
+    def render_chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> list[int]:
+        self.rendered_tools = tools
         text = "".join(f"<{m['role']}>{m['content']}" for m in messages)
         return self.tokenize(text)
+
+    def chat_output(self, request: dict[str, Any], prompt_token_ids: list[int]) -> ChatOutput:
+        self.output_requests.append(request)
+        return self.output
 
     def tokenize(self, text: str) -> list[int]:
         """Blocks for ``tokenize_delay_s``, and refuses what the real tokenizer refuses."""

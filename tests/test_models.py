@@ -14,8 +14,8 @@ import pytest
 
 from engine_worker import embedded_model
 from engine_worker.embedded_model import (
-    EMBEDDED_MODEL_NAME,
     MARKER_NAME,
+    MODEL_DIR_NAME,
     default_cache_dir,
     ensure_embedded_model,
 )
@@ -99,7 +99,7 @@ def test_embedded_cache_is_reused(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     cache = tmp_path / "cache"
 
     first = ensure_embedded_model(cache)
-    assert first == cache / EMBEDDED_MODEL_NAME
+    assert first == cache / MODEL_DIR_NAME
     assert (first / MARKER_NAME).is_file()
     assert ensure_embedded_model(cache) == first
     assert len(calls) == 1  # the second call did not convert
@@ -114,11 +114,11 @@ def test_embedded_survives_interrupted_run(monkeypatch: pytest.MonkeyPatch, tmp_
     cache = tmp_path / "cache"
     # What a killed run leaves: a half-written temporary folder and a model
     # directory without its marker.
-    stale = cache / f".{EMBEDDED_MODEL_NAME}.tmp-dead"
+    stale = cache / f".{MODEL_DIR_NAME}.tmp-dead"
     stale.mkdir(parents=True)
     (stale / "model.safetensors").write_bytes(b"partial")
-    (cache / EMBEDDED_MODEL_NAME).mkdir()
-    (cache / EMBEDDED_MODEL_NAME / "config.json").write_text("{}")
+    (cache / MODEL_DIR_NAME).mkdir()
+    (cache / MODEL_DIR_NAME / "config.json").write_text("{}")
 
     model_dir = ensure_embedded_model(cache)
     assert len(calls) == 1
@@ -138,7 +138,7 @@ def test_embedded_failed_conversion_leaves_nothing(
     cache = tmp_path / "cache"
     with pytest.raises(KeyboardInterrupt):
         ensure_embedded_model(cache)
-    assert sorted(p.name for p in cache.iterdir()) == [f".{EMBEDDED_MODEL_NAME}.lock"]
+    assert sorted(p.name for p in cache.iterdir()) == [f".{MODEL_DIR_NAME}.lock"]
 
 
 def test_missing_package_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,6 +155,9 @@ def test_embedded_real_conversion() -> None:
     assert config["architectures"] == ["LlamaForCausalLM"]
     assert "quantization_config" not in config
     assert (model_dir / "model.safetensors").stat().st_size > 200_000_000
+    generation = json.loads((model_dir / "generation_config.json").read_text())
+    assert (generation["temperature"], generation["top_p"]) == (0.2, 0.9)
+    assert "<tool_call>" in (model_dir / "chat_template.jinja").read_text()
     # A cache hit must not pay for torch or transformers.
     code = (
         "import sys; from engine_worker.embedded_model import ensure_embedded_model as e; "

@@ -6,6 +6,7 @@ The handlers only name their input: ``deps.CompletionsDep`` owns the request's l
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 from fastapi import APIRouter
@@ -22,7 +23,9 @@ from gateway.protocol import (
     CompletionRequest,
     ModelCard,
     ModelList,
+    ModelPermission,
 )
+from gateway.responses import ResponsesInput, ResponsesRequest
 
 router = APIRouter(dependencies=[AuthorizedV1])
 
@@ -34,8 +37,13 @@ _STREAM = {"text/event-stream": {"schema": {"type": "string"}}}
 
 @router.get("/v1/models", response_model=ModelList, responses=_ERRORS)
 async def list_models(engine: EngineDep) -> ModelList:
+    info, created = engine.info, int(time.time())
     card = ModelCard(
-        id=engine.info.model_name, created=int(time.time()), max_model_len=engine.info.max_model_len
+        id=info.model_name,
+        created=created,
+        root=info.root or info.model_name,
+        max_model_len=info.max_model_len,
+        permission=[ModelPermission(id=f"modelperm-{uuid.uuid4().hex}", created=created)],
     )
     return ModelList(data=[card])
 
@@ -56,3 +64,9 @@ async def chat_completions(
 )
 async def completions(body: CompletionRequest, completions: CompletionsDep) -> Response | BaseModel:
     return await completions.run(CompletionInput(body))
+
+
+@router.post("/v1/responses", response_model=None, responses={**_ERRORS, 200: {"content": _STREAM}})
+async def responses(body: ResponsesRequest, completions: CompletionsDep) -> Response | BaseModel:
+    """Stateless: ``store`` is accepted and nothing is stored."""
+    return await completions.run(ResponsesInput(body))

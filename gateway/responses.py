@@ -1,0 +1,447 @@
+"""``POST /v1/responses``, stateless: a Responses body is served as a chat completion.
+
+The input (a string, or messages, function calls and their outputs) becomes chat
+messages, ``instructions`` a system message, ``text.format`` a ``response_format``;
+the chat lifecycle, admission, parsers and metrics (``endpoint="responses"``) then
+apply unchanged. The reply is a Response object, or streamed, the event sequence
+vLLM's server emits: ``response.created``, ``response.in_progress``, per output item
+``response.output_item.added`` ... ``response.output_item.done``, ``response.completed``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+
+from engine_worker.api import ChoiceDelta, OutputParser
+from gateway.errors import APIError
+from gateway.openai_format import ChatFormatter, Formatter
+from gateway.openai_request import ChatInput
+from gateway.protocol import (
+    AssistantMessage,
+    ChatCompletionRequest,
+    TokenCount,
+    Usage,
+    _Part,
+    _Request,
+)
+
+
+class ResponsesTool(BaseModel):
+    """A function tool; any other type (a built-in tool) is refused by name."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+    name: str | None = None
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class NamedFunction(_Part):
+    type: Literal["function"]
+    name: str
+
+
+class TextFormat(_Part):
+    type: Literal["text", "json_object", "json_schema"]
+    name: str = Field(default="response", max_length=64)
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+    description: str | None = None
+
+
+class TextConfig(_Part):
+    format: TextFormat | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+
+class ResponsesRequest(_Request):
+    model: str = Field(min_length=1, max_length=256)
+    input: str | list[dict[str, Any]] = Field(max_length=1024)
+    instructions: str | None = None
+    max_output_tokens: TokenCount | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
+    tools: list[ResponsesTool] | None = Field(default=None, max_length=128)
+    tool_choice: Literal["none", "auto", "required"] | NamedFunction | None = None
+    parallel_tool_calls: StrictBool | None = None
+    text: TextConfig | None = None
+    stream: StrictBool = False
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    cache_salt: str | None = Field(default=None, min_length=1, max_length=256)
+    # Refused by name when set: nothing is stored, nothing runs in the background.
+    previous_response_id: str | None = None
+    background: StrictBool | None = None
+
+
+def _text(content: Any, param: str) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise APIError(400, "content must be a string or a list of parts", param=param)
+    texts = []
+    for j, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") not in ("input_text", "output_text"):
+            raise APIError(400, "only text content parts are supported", param=f"{param}.{j}")
+        texts.append(str(part.get("text", "")))
+    return "".join(texts)
+
+
+def _messages(body: ResponsesRequest) -> list[dict[str, Any]]:
+    """The input as chat messages; consecutive function calls share one assistant turn."""
+    messages: list[dict[str, Any]] = []
+    if body.instructions:
+        messages.append({"role": "system", "content": body.instructions})
+    if isinstance(body.input, str):
+        return [*messages, {"role": "user", "content": body.input}]
+    for i, item in enumerate(body.input):
+        kind, param = item.get("type", "message"), f"input.{i}"
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "system", "developer", "assistant"):
+                raise APIError(400, f"unsupported role {role!r}", param=f"{param}.role")
+            messages.append({"role": role, "content": _text(item.get("content"), param)})
+        elif kind == "function_call":
+            call = {
+                "id": item.get("call_id"),
+                "type": "function",
+                "function": {"name": item.get("name"), "arguments": item.get("arguments", "")},
+            }
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and last.get("tool_calls"):
+                last["tool_calls"].append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            content = output if isinstance(output, str) else _text(output, param)
+            messages.append(
+                {"role": "tool", "tool_call_id": item.get("call_id"), "content": content}
+            )
+        elif kind != "reasoning":  # past reasoning is not sent back to the model
+            raise APIError(400, f"input items of type {kind!r} are not supported", param=param)
+    return messages
+
+
+def _chat_body(body: ResponsesRequest) -> dict[str, Any]:
+    if body.previous_response_id is not None:
+        message = "previous_response_id is not supported: nothing is stored"
+        raise APIError(400, message, param="previous_response_id")
+    if body.background:
+        raise APIError(400, "background mode is not supported", param="background")
+    tools = []
+    for i, tool in enumerate(body.tools or []):
+        if tool.type != "function":
+            message = f"built-in tools ({tool.type}) are not supported"
+            raise APIError(400, message, param=f"tools.{i}")
+        function: dict[str, Any] = {"name": tool.name, "description": tool.description}
+        function |= {"parameters": tool.parameters, "strict": tool.strict}
+        tools.append({"type": "function", "function": function})
+    chat: dict[str, Any] = {
+        "model": body.model,
+        "messages": _messages(body),
+        "max_tokens": body.max_output_tokens,
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "seed": body.seed,
+        "tools": tools or None,
+        "parallel_tool_calls": body.parallel_tool_calls,
+        "stream": body.stream,
+        "priority": body.priority,
+        "cache_salt": body.cache_salt,
+    }
+    choice = body.tool_choice
+    chat["tool_choice"] = (
+        {"type": "function", "function": {"name": choice.name}}
+        if isinstance(choice, NamedFunction)
+        else choice
+    )
+    fmt = body.text.format if body.text else None
+    if fmt is not None and fmt.type == "json_schema":
+        schema = {"name": fmt.name, "schema": fmt.schema_ or {}, "strict": fmt.strict}
+        chat["response_format"] = {"type": "json_schema", "json_schema": schema}
+    elif fmt is not None:
+        chat["response_format"] = {"type": fmt.type}
+    return chat
+
+
+class ResponsesInput(ChatInput):
+    endpoint = "responses"
+    id_prefix = "resp"
+    prompt_param = "input"
+
+    def __init__(self, body: ResponsesRequest) -> None:
+        self.request = body
+        try:
+            chat = ChatCompletionRequest.model_validate(_chat_body(body))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            param = ".".join(str(p) for p in first.get("loc", ()))
+            raise APIError(400, f"{param}: {first.get('msg')}", param=param) from exc
+        super().__init__(chat)
+
+    def formatter(self, completion_id: str, model: str) -> Formatter:
+        return ResponsesFormatter(
+            self.request, self.body, completion_id, model, self.output.new_parser
+        )
+
+
+def _usage(usage: Usage) -> dict[str, Any]:
+    return {
+        "input_tokens": usage.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": usage.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def _output_items(message: AssistantMessage) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    if message.reasoning:
+        items.append(
+            {
+                "type": "reasoning",
+                "id": f"rs_{uuid.uuid4().hex}",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": message.reasoning}],
+                "status": "completed",
+            }
+        )
+    if message.content:
+        items.append(_message_item(f"msg_{uuid.uuid4().hex}", message.content, "completed"))
+    for call in message.tool_calls:
+        items.append(
+            _call_item(
+                f"fc_{uuid.uuid4().hex}",
+                call.id,
+                call.function.name,
+                call.function.arguments,
+                "completed",
+            )
+        )
+    return items
+
+
+def _message_item(item_id: str, text: str | None, status: str) -> dict[str, Any]:
+    content = [] if text is None else [_text_part(text)]
+    return {
+        "type": "message",
+        "id": item_id,
+        "role": "assistant",
+        "status": status,
+        "content": content,
+    }
+
+
+def _text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _call_item(
+    item_id: str, call_id: str, name: str, arguments: str, status: str
+) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": item_id,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+    }
+
+
+class ResponsesFormatter(ChatFormatter):
+    """A Response object, or its stream of events, from the chat machinery's deltas."""
+
+    def __init__(
+        self,
+        request: ResponsesRequest,
+        chat: ChatCompletionRequest,
+        completion_id: str,
+        model: str,
+        new_parser: Callable[[], OutputParser] | None,
+    ) -> None:
+        super().__init__(chat, completion_id, model, new_parser)
+        self.request = request
+        self.include_usage = False
+        self._sequence = 0
+        self._items: list[dict[str, Any]] = []
+        self._open: dict[str, Any] | None = None
+        self._finish_reason: str | None = None
+
+    def response(
+        self, status: str, output: list[dict[str, Any]], usage: Usage | None
+    ) -> dict[str, Any]:
+        req = self.request
+        incomplete = None
+        if status == "incomplete":
+            incomplete = {"reason": "max_output_tokens"}
+        return {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created,
+            "model": self.model,
+            "status": status,
+            "output": output,
+            "usage": None if usage is None else _usage(usage),
+            "instructions": req.instructions,
+            "max_output_tokens": req.max_output_tokens,
+            "temperature": req.temperature,
+            "top_p": req.top_p,
+            "tools": [t.model_dump(exclude_none=True) for t in req.tools or []],
+            "tool_choice": (
+                req.tool_choice.model_dump()
+                if isinstance(req.tool_choice, NamedFunction)
+                else req.tool_choice or "auto"
+            ),
+            "parallel_tool_calls": req.parallel_tool_calls is not False,
+            "text": {"format": {"type": "text"}}
+            if req.text is None
+            else req.text.model_dump(by_alias=True, exclude_none=True),
+            "store": False,
+            "background": False,
+            "previous_response_id": None,
+            "error": None,
+            "incomplete_details": incomplete,
+            "metadata": {},
+        }
+
+    def reply(self, deltas: list[list[ChoiceDelta]], usage: Usage) -> BaseModel:  # type: ignore[override]
+        message, finish_reason = self._message(0, deltas[0])
+        status = "incomplete" if finish_reason == "length" else "completed"
+        return _Response.model_validate(self.response(status, _output_items(message), usage))
+
+    # --- streamed ---
+
+    def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        self._sequence += 1
+        return {"type": kind, "sequence_number": self._sequence - 1, **fields}
+
+    def preamble(self) -> list[dict[str, Any]]:
+        start = self.response("in_progress", [], None)
+        return [
+            self._event("response.created", response=start),
+            self._event("response.in_progress", response=start),
+        ]
+
+    def stream_events(self, delta: ChoiceDelta) -> list[dict[str, Any]]:
+        choice = self.stream_choice(delta)
+        if choice is None:
+            return []
+        self._finish_reason = delta.finish_reason or self._finish_reason
+        out: list[dict[str, Any]] = []
+        piece = choice["delta"]
+        if piece.get("content"):
+            out += self._text_delta(piece["content"])
+        for call in piece.get("tool_calls", []):
+            out += self._call_delta(call)
+        return out
+
+    def _text_delta(self, text: str) -> list[dict[str, Any]]:
+        out = []
+        if self._open is None or self._open["type"] != "message":
+            out += self._close_item()
+            item_id = f"msg_{uuid.uuid4().hex}"
+            self._open = {"type": "message", "id": item_id, "text": ""}
+            index = len(self._items)
+            item = _message_item(item_id, None, "in_progress")
+            out.append(self._event("response.output_item.added", output_index=index, item=item))
+            out.append(
+                self._event(
+                    "response.content_part.added",
+                    item_id=item_id,
+                    output_index=index,
+                    content_index=0,
+                    part=_text_part(""),
+                )
+            )
+        self._open["text"] += text
+        where = {"item_id": self._open["id"], "output_index": len(self._items), "content_index": 0}
+        out.append(self._event("response.output_text.delta", delta=text, logprobs=[], **where))
+        return out
+
+    def _call_delta(self, call: dict[str, Any]) -> list[dict[str, Any]]:
+        out = []
+        function = call.get("function", {})
+        if call.get("id") is not None:
+            out += self._close_item()
+            item_id = f"fc_{uuid.uuid4().hex}"
+            self._open = {
+                "type": "function_call",
+                "id": item_id,
+                "call_id": call["id"],
+                "name": function.get("name") or "",
+                "arguments": "",
+            }
+            item = _call_item(item_id, call["id"], self._open["name"], "", "in_progress")
+            index = len(self._items)
+            out.append(self._event("response.output_item.added", output_index=index, item=item))
+        arguments = function.get("arguments")
+        if arguments and self._open is not None and self._open["type"] == "function_call":
+            self._open["arguments"] += arguments
+            out.append(
+                self._event(
+                    "response.function_call_arguments.delta",
+                    item_id=self._open["id"],
+                    output_index=len(self._items),
+                    delta=arguments,
+                )
+            )
+        return out
+
+    def _close_item(self) -> list[dict[str, Any]]:
+        item, self._open = self._open, None
+        if item is None:
+            return []
+        index, out = len(self._items), []
+        if item["type"] == "message":
+            where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            out.append(self._event("response.output_text.done", text=item["text"], **where))
+            out.append(
+                self._event("response.content_part.done", part=_text_part(item["text"]), **where)
+            )
+            done = _message_item(item["id"], item["text"], "completed")
+        else:
+            out.append(
+                self._event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    name=item["name"],
+                    arguments=item["arguments"],
+                )
+            )
+            done = _call_item(
+                item["id"], item["call_id"], item["name"], item["arguments"], "completed"
+            )
+        out.append(self._event("response.output_item.done", output_index=index, item=done))
+        self._items.append(done)
+        return out
+
+    def closing(self, num_prompt_tokens: int, num_generated_tokens: int) -> list[dict[str, Any]]:
+        out = self._close_item()
+        status = "incomplete" if self._finish_reason == "length" else "completed"
+        usage = Usage(
+            prompt_tokens=num_prompt_tokens,
+            completion_tokens=num_generated_tokens,
+            total_tokens=num_prompt_tokens + num_generated_tokens,
+        )
+        final = self.response(status, self._items, usage)
+        kind = "response.incomplete" if status == "incomplete" else "response.completed"
+        return [*out, self._event(kind, response=final)]
+
+
+class _Response(BaseModel):
+    """The Response object, as built above (kept loose: its shape is OpenAI's)."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    object: Literal["response"]
+    status: str
+    output: list[dict[str, Any]]
