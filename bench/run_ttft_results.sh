@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The TTFT issue's measurement on the calibrated CPU protocol: `off`, the default `dlfp-ct`
-# (SRPF order, feed-forward cap, auto target), and `dlfp-ct` as it was before (FCFS order,
+# (SRPF order, feed-forward cap, auto target; observation `busy`, the default when these
+# trials began, before the batch-queue work made it `completion`), and `dlfp-ct` as it was before (FCFS order,
 # feedback only, 300 ms, cap quantum 32), seeds 801-803 paired, arm order rotated per
 # seed, the controller reset before every trial. The long prompts (and, if needed, the
 # rate) are scaled to LOAD of this machine's measured prefill throughput first
@@ -31,8 +32,8 @@ $PY -m gateway bench --base-url "http://127.0.0.1:$PORT" --protocol cpu --num-re
     --calibrate "$LOAD" --tokenizer "$TOK" --admin-token "$TOKEN" --results "$OUT" \
     --seeds "$SEEDS" \
     --arm 'off={"controller":"off"}' \
-    --arm 'dlfp-ct={"controller":"dlfp-ct"}' \
-    --arm 'dlfp-ct-before={"controller":"dlfp-ct","prefill_order":"fcfs","feedforward":false,"target_ms":300,"min_cap_tokens":32,"step_tokens":32}'
+    --arm 'dlfp-ct={"controller":"dlfp-ct","observation":"busy"}' \
+    --arm 'dlfp-ct-before={"controller":"dlfp-ct","prefill_order":"fcfs","feedforward":false,"target_ms":300,"min_cap_tokens":32,"step_tokens":32,"observation":"busy"}'
 for arm in dlfp-ct dlfp-ct-before; do
     $PY -m gateway bench compare --results "$OUT" --baseline off --candidate "$arm"
 done
