@@ -277,17 +277,25 @@ class PrefillCapController:
     ) -> int:
         p = self._params
         budget_s = self._allowance * self._target_s
-        best = p.min_cap_tokens
-        for cap in range(p.min_cap_tokens, p.max_cap_tokens + 1, p.step_tokens):
+
+        def fits(cap: int) -> bool:
             num_prefill, attention = plan_prefill(candidates, cap)
             shape = StepShape(num_decoding, decode_context_tokens, num_prefill, attention)
             predicted_s = self._model.predict_s(shape)
-            if predicted_s is None or predicted_s > budget_s:
-                break
-            best = cap
-            if num_prefill < cap:  # every candidate fits: a larger cap changes nothing
-                return p.max_cap_tokens
-        return best
+            return predicted_s is not None and predicted_s <= budget_s
+
+        # NOTE: the prediction never falls as the cap grows (the fit keeps every
+        # slope >= 0, and a larger cap serves the same candidates more tokens), so
+        # the largest cap that fits is found by bisection over the quantised caps:
+        # a few predictions per step on the engine's hot path, not one per quantum.
+        low, high = 0, (p.max_cap_tokens - p.min_cap_tokens) // p.step_tokens
+        while low < high:
+            middle = (low + high + 1) // 2
+            if fits(p.min_cap_tokens + middle * p.step_tokens):
+                low = middle
+            else:
+                high = middle - 1
+        return p.min_cap_tokens + low * p.step_tokens
 
     def _observe(self, record: StepRecord, observed_s: float | None) -> None:
         # NOTE: the guard. Only a mixed step says how long prefill beside a
