@@ -86,13 +86,17 @@ def run_handler(args: argparse.Namespace) -> int:
 def sweep_handler(args: argparse.Namespace) -> int:
     from bench.endpoint import EndpointError
     from bench.plots import sweep_plots
-    from bench.sweep import format_sweep, parse_rates, run_sweep, sweep_summary
+    from bench.sweep import GOODPUT_TARGET, format_sweep, parse_rates, run_sweep, sweep_summary
     from bench.tokens import load_counter
 
     try:
         rates = parse_rates(args.rates)
         if args.base_url:
-            asyncio.run(run_sweep(run_config_from(args), rates, load_counter(args.tokenizer)))
+            if args.stop_below is not None and not 0 < args.stop_below <= GOODPUT_TARGET:
+                raise ValueError(f"--stop-below: a goodput in (0, {GOODPUT_TARGET}]")
+            run = run_config_from(args)
+            counter = load_counter(args.tokenizer)
+            asyncio.run(run_sweep(run, rates, counter, slo_from(args), args.stop_below))
     except (EndpointError, ValueError) as exc:
         print(f"bench sweep: {exc}", file=sys.stderr)
         return 2
@@ -167,6 +171,13 @@ def add_bench_parser(commands: Any) -> None:
     )
     add_run_options(sweep)
     sweep.add_argument("--rates", required=True, help="Poisson rates, req/s: R1,R2,...")
+    sweep.add_argument(
+        "--stop-below",
+        type=float,
+        metavar="GOODPUT",
+        help="do not run an arm at higher rates once its goodput at a rate is below GOODPUT "
+        "(0 to 0.9; its capacity is then bracketed); default: every arm at every rate",
+    )
     sweep.set_defaults(handler=sweep_handler)
     compare = sub.add_parser("compare", help="paired comparison of two arms over their seeds")
     add_results_option(compare)

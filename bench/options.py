@@ -89,7 +89,7 @@ def add_endpoint_options(p: argparse.ArgumentParser) -> None:
 
 def add_workload_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, help="Poisson arrival rate, req/s (cpu 0.2, gpu 1.0)")
-    p.add_argument("--num-requests", type=int, help="measured requests per trial (cpu 30, gpu 100)")
+    p.add_argument("--num-requests", type=int, help="measured requests per trial (100)")
     p.add_argument("--warmup", type=int, help="warm-up requests before them (cpu 2, gpu 10)")
     p.add_argument("--long-fraction", type=float, default=0.5, help="share of long prompts")
     p.add_argument("--long-min-tokens", type=int, default=1000)

@@ -29,11 +29,13 @@ PROTOCOLS: dict[str, Protocol] = {
         ttft_slo_ms=2_000.0,
         itl_slo_ms=100.0,
     ),
-    # A 2-core CPU prefills 2,048 tokens in ~4 s, so about 30 requests at 0.2 request/s
-    # keep prefill and decode overlapping without an ever-growing queue; SLOs as the
+    # A 2-core CPU prefills 2,048 tokens in ~4 s, so 0.2 request/s keeps prefill and decode
+    # overlapping without an ever-growing queue (``--calibrate`` shrinks the prompts on a
+    # slower CPU). 100 measured requests, so that a trial's P99 is not just its largest
+    # value (with 30 it was 0.71 times the largest plus 0.29 times the second); SLOs as the
     # gateway's CPU defaults.
     "cpu": Protocol(
-        num_requests=30,
+        num_requests=100,
         rate_rps=0.2,
         num_warmup=2,
         max_tokens=128,

@@ -9,6 +9,11 @@ is the highest rate with goodput >= 90%, interpolated linearly between the
 measured rates around the crossing; when every rate meets it the capacity is
 only known to be at least the highest rate, and when none does, below the
 lowest (``capacity_bound`` says which).
+
+With ``stop_below`` set, an arm whose pooled goodput at a rate falls below it
+is not run at the higher rates: its capacity, the first crossing of 90%, is
+then already bracketed, and on a slow machine one rate of one arm costs many
+minutes. Such an arm's higher rates are simply absent from the summary.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import httpx
 
 from bench.calibrate import calibrated_workload, write_host
 from bench.endpoint import wait_ready
-from bench.loadgen import RunConfig, baseline_settings, run_all
+from bench.loadgen import Arm, RunConfig, baseline_settings, run_all
 from bench.records import find_trials, read_trial
 from bench.stats import SLO, summarize
 from bench.tokens import TokenCounter
@@ -47,7 +52,38 @@ def parse_rates(text: str) -> tuple[float, ...]:
     return rates
 
 
-async def run_sweep(run: RunConfig, rates: tuple[float, ...], counter: TokenCounter) -> None:
+def arms_still_in(
+    run: RunConfig, rates_done: tuple[float, ...], slo: SLO, stop_below: float | None
+) -> tuple[Arm, ...]:
+    """The arms whose goodput stayed at or above ``stop_below`` at every rate recorded so far."""
+    if stop_below is None:
+        return run.arms
+    kept = []
+    for arm in run.arms:
+        missed = False
+        for rate in rates_done:
+            paths = find_trials(rate_dir(run.results_dir, rate)).get(arm.name, {})
+            if paths:
+                pooled = summarize([read_trial(p) for p in paths.values()], slo)
+                missed = missed or (pooled["slo_attainment"] or 0.0) < stop_below
+        if missed:
+            print(
+                f"[sweep] {arm.name}: goodput below {stop_below:.0%} at a lower rate; "
+                "not run at the higher rates",
+                file=sys.stderr,
+            )
+        else:
+            kept.append(arm)
+    return tuple(kept)
+
+
+async def run_sweep(
+    run: RunConfig,
+    rates: tuple[float, ...],
+    counter: TokenCounter,
+    slo: SLO,
+    stop_below: float | None = None,
+) -> None:
     """Calibrate once (long-prompt lengths only: the rates are the sweep's), then each rate."""
     workload = run.workload
     async with httpx.AsyncClient(timeout=run.client.request_timeout_s) as http:
@@ -62,10 +98,18 @@ async def run_sweep(run: RunConfig, rates: tuple[float, ...], counter: TokenCoun
         if any(arm.admin_patch is not None for arm in run.arms):
             run = replace(run, baseline_settings=await baseline_settings(http, run))
     for number, rate in enumerate(rates, 1):
-        print(f"[sweep] rate {number}/{len(rates)}: {rate:g} request/s", file=sys.stderr)
+        arms = arms_still_in(run, rates[: number - 1], slo, stop_below)
+        print(
+            f"[sweep] rate {number}/{len(rates)}: {rate:g} request/s, "
+            f"arms {', '.join(a.name for a in arms) or 'none'}",
+            file=sys.stderr,
+        )
+        if not arms:
+            continue
         await run_all(
             replace(
                 run,
+                arms=arms,
                 results_dir=rate_dir(run.results_dir, rate),
                 workload=replace(workload, rate_rps=rate),
                 calibrate_fraction=None,

@@ -332,20 +332,19 @@ def test_wrong_model_is_a_failed_request(fake_server: FakeOpenAIServer, tmp_path
     assert all(r.status == "failed" and "HTTP 404" in (r.error or "") for r in trial.requests)
 
 
-def test_sweep_runs_each_rate_and_reports_capacity(
-    fake_server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    args = [
+def sweep_args(base_url: str, results: Path, rates: str, num_requests: int) -> list[str]:
+    """``bench sweep`` against the fake endpoint: one seed, tiny prompts, no polling."""
+    return [
         "bench",
         "sweep",
         "--rates",
-        "40,20",
+        rates,
         "--base-url",
-        fake_server.base_url,
+        base_url,
         "--seeds",
         "1",
         "--num-requests",
-        "4",
+        str(num_requests),
         "--warmup",
         "0",
         "--max-tokens",
@@ -356,14 +355,22 @@ def test_sweep_runs_each_rate_and_reports_capacity(
         "80",
         "--admin-token",
         ADMIN_TOKEN,
+        "--results",
+        str(results),
+        "--metrics-interval-s",
+        "0",
+    ]
+
+
+def test_sweep_runs_each_rate_and_reports_capacity(
+    fake_server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [
+        *sweep_args(fake_server.base_url, tmp_path, "40,20", 4),
         "--arm",
         'off={"controller":"off"}',
         "--arm",
         'dlfp-ct={"controller":"dlfp-ct"}',
-        "--results",
-        str(tmp_path),
-        "--metrics-interval-s",
-        "0",
     ]
     assert gateway_main(args) == 0
     assert sorted(p.name for p in tmp_path.glob("rate-*")) == ["rate-20", "rate-40"]
@@ -380,3 +387,31 @@ def test_sweep_runs_each_rate_and_reports_capacity(
     num_sent = len(fake_server.requests)
     assert gateway_main(args) == 0
     assert len(fake_server.requests) == num_sent
+
+
+def test_sweep_stop_below_skips_an_arm_at_higher_rates_once_it_misses(
+    fake_server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An ITL objective of a microsecond: every request of the fake endpoint misses it.
+    args = [
+        *sweep_args(fake_server.base_url, tmp_path, "20,40", 3),
+        "--stop-below",
+        "0.5",
+        "--itl-slo-ms",
+        "0.001",
+        "--arm",
+        'off={"controller":"off"}',
+    ]
+    assert gateway_main(args) == 0
+    assert len(fake_server.requests) >= 3
+    assert list((tmp_path / "rate-20").glob("off/seed-*.jsonl"))
+    assert not list((tmp_path / "rate-40").glob("off/seed-*.jsonl"))
+    entry = json.loads((tmp_path / "summary.json").read_text())["arms"]["off"]
+    assert sorted(entry["rates"]) == ["20"]
+    assert entry["capacity_bound"] == "below_lowest_rate"
+    assert "not run at the higher rates" in capsys.readouterr().err
+
+
+def test_sweep_stop_below_must_be_a_goodput_at_most_the_target(tmp_path: Path) -> None:
+    args = ["bench", "sweep", "--rates", "1", "--base-url", "http://127.0.0.1:9"]
+    assert gateway_main([*args, "--stop-below", "0.95", "--results", str(tmp_path)]) == 2

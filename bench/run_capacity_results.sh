@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Capacity under SLO on the calibrated CPU protocol (issue 13): `bench sweep` at several
+# Poisson rates per arm, 60 measured requests per trial, goodput = TTFT <= 30 s and no gap
+# over 500 ms, capacity = highest rate with goodput >= 90% (interpolated). An arm that
+# misses 90% at a rate is not run at the higher rates (--stop-below 0.9): its capacity is
+# then bracketed. Resumable: a rerun skips every trial recorded in $OUT, so the stages can
+# be run one at a time (STAGES) and continued in a later session.
+#   bench/run_capacity_results.sh      # OUT=bench/results/cpu-capacity STAGES="chunks a1 b a2 a3 c"
+# Stages, in the order of what the headline needs first:
+#   chunks  the cost of a prefill chunk by size and context (bench chunks), fixed caps 8-256
+#   a1      off, default dlfp-ct, fixed-64 (seed 801)
+#   b       vLLM's long_prefill_token_threshold at 64, 128, 256 (one engine start each)
+#   a2      the larger fixed caps: fixed-128, fixed-256 (seed 801)
+#   a3      dlfp-ct with FCFS order, and without the feed-forward cap (seed 801)
+#   c       seeds 802 and 803 for off and default dlfp-ct
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+OUT=${OUT:-bench/results/cpu-capacity}
+RATES=${RATES:-0.15,0.25,0.35,0.45}
+NREQ=${NREQ:-60}
+LOAD=${LOAD:-0.45}
+PORT=${PORT:-8100}
+STAGES=${STAGES:-chunks a1 b a2 a3 c}
+TOKEN=bench-admin-token
+mkdir -p "$OUT/logs"
+lscpu > "$OUT/logs/lscpu.txt"
+TOK=$($PY -c "from engine_worker.embedded_model import ensure_embedded_model as e; print(e())")
+SWEEP=($PY -m gateway bench sweep --base-url "http://127.0.0.1:$PORT" --protocol cpu
+       --rates "$RATES" --stop-below 0.9 --num-requests "$NREQ" --calibrate "$LOAD"
+       --tokenizer "$TOK" --admin-token "$TOKEN" --results "$OUT")
+PID=
+
+start() {  # start NAME ARGS...: a gateway in the background, waited for until ready
+    local name=$1; shift
+    echo "== $(date +%T) starting $name" >&2
+    DLFP_ADMIN_TOKEN=$TOKEN $PY -m gateway serve --port "$PORT" "$@" >> "$OUT/logs/$name.log" 2>&1 &
+    PID=$!
+    for _ in $(seq 600); do
+        curl -sf "http://127.0.0.1:$PORT/ready" > /dev/null && return
+        kill -0 "$PID" 2> /dev/null || { tail -30 "$OUT/logs/$name.log"; exit 1; }
+        sleep 1
+    done
+    echo "$name did not come up" >&2; exit 1
+}
+stop() { [[ -z $PID ]] || { kill -TERM "$PID" 2> /dev/null || true; wait "$PID" 2> /dev/null || true; PID=; }; }
+trap stop EXIT
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+
+if has b; then
+    for thr in 64 128 256; do
+        start "vllm-thr-$thr" --controller off --engine-arg "long_prefill_token_threshold=$thr"
+        "${SWEEP[@]}" --seeds 801 --arm "vllm-thr-$thr" --admin-patch '{"controller":"off"}'
+        stop
+    done
+fi
+if has chunks || has a1 || has a2 || has a3 || has c; then start gateway; fi
+if has chunks && [[ ! -f $OUT/chunks/chunks.json ]]; then
+    $PY -m gateway bench chunks --base-url "http://127.0.0.1:$PORT" --admin-token "$TOKEN" \
+        --tokenizer "$TOK" --chunks 8,16,32,64,128,256 --prompt-tokens 1500 --results "$OUT/chunks"
+fi
+if has a1; then
+    "${SWEEP[@]}" --seeds 801 --arm 'off={"controller":"off"}' \
+        --arm 'dlfp-ct={"controller":"dlfp-ct"}' \
+        --arm 'fixed-64={"controller":"fixed","fixed_cap_tokens":64}'
+fi
+if has a2; then
+    "${SWEEP[@]}" --seeds 801 \
+        --arm 'fixed-128={"controller":"fixed","fixed_cap_tokens":128}' \
+        --arm 'fixed-256={"controller":"fixed","fixed_cap_tokens":256}'
+fi
+if has a3; then
+    "${SWEEP[@]}" --seeds 801 \
+        --arm 'dlfp-ct-fcfs={"controller":"dlfp-ct","prefill_order":"fcfs"}' \
+        --arm 'dlfp-ct-noff={"controller":"dlfp-ct","feedforward":false}'
+fi
+if has c; then
+    "${SWEEP[@]}" --seeds 801,802,803 --arm 'off={"controller":"off"}' \
+        --arm 'dlfp-ct={"controller":"dlfp-ct"}'
+fi
+stop
+$PY -m gateway bench sweep --rates "$RATES" --protocol cpu --results "$OUT"
+echo "== $(date +%T) done" >&2

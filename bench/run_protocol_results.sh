@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The calibrated CPU protocol at its 100 measured requests a trial (issue 13): `off` and the
+# default `dlfp-ct`, seeds 801-803 paired, arm order rotated per seed, the controller reset
+# before every trial, then the paired comparison. CALIBRATION=FILE reuses another folder's
+# calibration.json (the same prompt lengths as that folder's runs); unset, the protocol is
+# calibrated anew. Resumable: a rerun skips the trials already recorded in $OUT.
+#   bench/run_protocol_results.sh   # OUT=bench/results/cpu-n100 NREQ=100 LOAD=0.45
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+OUT=${OUT:-bench/results/cpu-n100}
+SEEDS=${SEEDS:-801,802,803}
+NREQ=${NREQ:-100}
+LOAD=${LOAD:-0.45}
+PORT=${PORT:-8100}
+TOKEN=bench-admin-token
+mkdir -p "$OUT/logs"
+lscpu > "$OUT/logs/lscpu.txt"
+if [[ -n ${CALIBRATION:-} && ! -f $OUT/calibration.json ]]; then cp "$CALIBRATION" "$OUT/"; fi
+TOK=$($PY -c "from engine_worker.embedded_model import ensure_embedded_model as e; print(e())")
+
+DLFP_ADMIN_TOKEN=$TOKEN $PY -m gateway serve --port "$PORT" >> "$OUT/logs/gateway.log" 2>&1 &
+PID=$!
+trap 'kill -TERM $PID 2> /dev/null || true; wait $PID 2> /dev/null || true' EXIT
+for _ in $(seq 600); do
+    curl -sf "http://127.0.0.1:$PORT/ready" > /dev/null && break
+    kill -0 "$PID" 2> /dev/null || { tail -30 "$OUT/logs/gateway.log"; exit 1; }
+    sleep 1
+done
+$PY -m gateway bench --base-url "http://127.0.0.1:$PORT" --protocol cpu --num-requests "$NREQ" \
+    --calibrate "$LOAD" --tokenizer "$TOK" --admin-token "$TOKEN" --results "$OUT" \
+    --seeds "$SEEDS" --arm 'off={"controller":"off"}' --arm 'dlfp-ct={"controller":"dlfp-ct"}'
+$PY -m gateway bench compare --results "$OUT" --baseline off --candidate dlfp-ct
+$PY -m gateway bench summary --results "$OUT" --plots
