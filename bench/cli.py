@@ -86,7 +86,14 @@ def run_handler(args: argparse.Namespace) -> int:
 def sweep_handler(args: argparse.Namespace) -> int:
     from bench.endpoint import EndpointError
     from bench.plots import sweep_plots
-    from bench.sweep import GOODPUT_TARGET, format_sweep, parse_rates, run_sweep, sweep_summary
+    from bench.sweep import (
+        GOODPUT_TARGET,
+        format_sweep,
+        format_sweep_markdown,
+        parse_rates,
+        run_sweep,
+        sweep_summary,
+    )
     from bench.tokens import load_counter
 
     try:
@@ -106,7 +113,7 @@ def sweep_handler(args: argparse.Namespace) -> int:
         )
         return 130
     summary = sweep_summary(args.results, slo_from(args))
-    print(format_sweep(summary))
+    print(format_sweep_markdown(summary) if args.markdown else format_sweep(summary))
     for path in sweep_plots(summary, args.results):
         print(f"plot: {path}")
     return 0
@@ -177,6 +184,9 @@ def add_bench_parser(commands: Any) -> None:
         metavar="GOODPUT",
         help="do not run an arm at higher rates once its goodput at a rate is below GOODPUT "
         "(0 to 0.9; its capacity is then bracketed); default: every arm at every rate",
+    )
+    sweep.add_argument(
+        "--markdown", action="store_true", help="print the figures as a Markdown table"
     )
     sweep.set_defaults(handler=sweep_handler)
     compare = sub.add_parser("compare", help="paired comparison of two arms over their seeds")

@@ -15,6 +15,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 from bench.records import Trial, find_trials, read_trial
 from bench.scrape import CAP, OBSERVATION
 from bench.stats import request_gaps
+from bench.sweep import capacity_label
 
 
 def itl_cdf(gaps_by_arm: dict[str, list[float]], path: Path) -> Path:
@@ -117,8 +118,7 @@ def sweep_plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
     for arm, entry in summary["arms"].items():
         rates = sorted(entry["rates"], key=float)
         goodput = [100 * (entry["rates"][r]["slo_attainment"] or 0.0) for r in rates]
-        cap = entry["capacity_rps"]
-        label = f"{arm} (capacity {'n/a' if cap is None else f'{cap:.3f}'})"
+        label = f"{arm} (capacity {capacity_label(entry)})"
         ax.plot([float(r) for r in rates], goodput, marker="o", label=label)
     ax.axhline(90, color="grey", linewidth=0.8, linestyle=":")
     ax.set_xlabel("offered load (request/s, Poisson)")

@@ -154,12 +154,22 @@ def sweep_summary(results_dir: Path, slo: SLO) -> dict[str, Any]:
     return summary
 
 
+def capacity_label(entry: dict[str, Any]) -> str:
+    """``0.312``, ``>= 0.45`` (every rate met the target) or ``< 0.15`` (none did)."""
+    cap, bound = entry["capacity_rps"], entry["capacity_bound"]
+    rates = sorted(float(r) for r in entry["rates"])
+    if bound == "below_lowest_rate" and rates:
+        return f"< {rates[0]:g}"
+    if cap is None:
+        return "n/a"
+    return f">= {cap:g}" if bound == "at_least" else f"{cap:.3f}"
+
+
 def format_sweep(summary: dict[str, Any]) -> str:
     lines = []
     for arm, entry in summary["arms"].items():
-        cap = entry["capacity_rps"]
-        shown = "n/a" if cap is None else f"{cap:.3f}"
-        lines.append(f"{arm}: capacity {shown} request/s ({entry['capacity_bound']})")
+        bound = entry["capacity_bound"]
+        lines.append(f"{arm}: capacity {capacity_label(entry)} request/s ({bound})")
         for rate, s in entry["rates"].items():
             lines.append(
                 f"  {rate:>6} req/s: goodput {100 * (s['slo_attainment'] or 0):5.1f}% of "
@@ -167,6 +177,27 @@ def format_sweep(summary: dict[str, Any]) -> str:
                 f" (short {_s(s['ttft_short_p50_ms'])}/{_s(s['ttft_short_p99_ms'])}, long "
                 f"{_s(s['ttft_long_p50_ms'])}/{_s(s['ttft_long_p99_ms'])}), "
                 f"ITL p99 {_s(s['itl_p99_ms'], 1)} ms"
+            )
+    return "\n".join(lines)
+
+
+def format_sweep_markdown(summary: dict[str, Any]) -> str:
+    """The same figures as a Markdown table, one row per arm and rate (for the README)."""
+    lines = [
+        "| arm | capacity req/s | rate req/s | requests | goodput | TTFT P50 / P99 s "
+        "| short P50 / P99 s | long P50 / P99 s | ITL P99 ms |",
+        "| --- | --- | ---: | ---: | ---: | --- | --- | --- | ---: |",
+    ]
+    for arm, entry in summary["arms"].items():
+        for number, (rate, s) in enumerate(entry["rates"].items()):
+            first = number == 0
+            lines.append(
+                f"| {arm if first else ''} | {capacity_label(entry) if first else ''} | {rate} "
+                f"| {s['num_requests']} | {100 * (s['slo_attainment'] or 0):.0f}% "
+                f"| {_s(s['ttft_p50_ms'])} / {_s(s['ttft_p99_ms'])} "
+                f"| {_s(s['ttft_short_p50_ms'])} / {_s(s['ttft_short_p99_ms'])} "
+                f"| {_s(s['ttft_long_p50_ms'])} / {_s(s['ttft_long_p99_ms'])} "
+                f"| {_s(s['itl_p99_ms'], 1)} |"
             )
     return "\n".join(lines)
 

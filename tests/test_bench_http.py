@@ -382,11 +382,15 @@ def test_sweep_runs_each_rate_and_reports_capacity(
         assert (entry["capacity_rps"], entry["capacity_bound"]) == (40.0, "at_least")
     for png in ("goodput-vs-rate.png", "latency-vs-rate.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "capacity 40.000 request/s (at_least)" in capsys.readouterr().out
+    assert "capacity >= 40 request/s (at_least)" in capsys.readouterr().out
     # A rerun resumes: every trial is recorded, nothing is sent again.
     num_sent = len(fake_server.requests)
-    assert gateway_main(args) == 0
+    capsys.readouterr()
+    assert gateway_main([*args, "--markdown"]) == 0
     assert len(fake_server.requests) == num_sent
+    table = capsys.readouterr().out
+    assert "| off | >= 40 | 20 | 4 | 100% |" in table
+    assert "|  |  | 40 | 4 | 100% |" in table
 
 
 def test_sweep_stop_below_skips_an_arm_at_higher_rates_once_it_misses(

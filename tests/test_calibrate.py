@@ -62,3 +62,14 @@ def test_capacity_interpolates_at_ninety_percent() -> None:
     }
     assert capacity([(0.1, 1.0), (0.2, 0.92)])["capacity_bound"] == "at_least"
     assert capacity([(0.1, 0.5)]) == {"capacity_rps": None, "capacity_bound": "below_lowest_rate"}
+
+
+def test_capacity_label_names_the_bound() -> None:
+    from bench.sweep import capacity, capacity_label
+
+    def entry(points: list[tuple[float, float]]) -> dict[str, object]:
+        return {"rates": {f"{r:g}": {} for r, _ in points}, **capacity(points)}
+
+    assert capacity_label(entry([(0.15, 1.0), (0.25, 0.8)])) == "0.200"
+    assert capacity_label(entry([(0.15, 1.0), (0.25, 0.95)])) == ">= 0.25"
+    assert capacity_label(entry([(0.15, 0.5), (0.25, 0.2)])) == "< 0.15"
