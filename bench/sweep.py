@@ -10,10 +10,12 @@ measured rates around the crossing; when every rate meets it the capacity is
 only known to be at least the highest rate, and when none does, below the
 lowest (``capacity_bound`` says which).
 
-With ``stop_below`` set, an arm whose pooled goodput at a rate falls below it
-is not run at the higher rates: its capacity, the first crossing of 90%, is
-then already bracketed, and on a slow machine one rate of one arm costs many
-minutes. Such an arm's higher rates are simply absent from the summary.
+With ``stop_below`` set, the sweep only brackets each arm's capacity: an arm
+is not run at a rate above one where its pooled goodput fell below
+``stop_below``, nor below one where it already met 90% (any rate recorded in
+the folder counts, so rates added later fill in the bracket). On a slow
+machine one rate of one arm costs many minutes; the rates an arm skipped are
+simply absent from the summary.
 """
 
 from __future__ import annotations
@@ -52,26 +54,37 @@ def parse_rates(text: str) -> tuple[float, ...]:
     return rates
 
 
-def arms_still_in(
-    run: RunConfig, rates_done: tuple[float, ...], slo: SLO, stop_below: float | None
-) -> tuple[Arm, ...]:
-    """The arms whose goodput stayed at or above ``stop_below`` at every rate recorded so far."""
+def recorded_goodput(results_dir: Path, arm: str, slo: SLO) -> dict[float, float]:
+    """The arm's pooled goodput at every rate recorded in ``results_dir``."""
+    goodput = {}
+    for sub in results_dir.glob("rate-*"):
+        paths = find_trials(sub).get(arm, {})
+        if paths:
+            pooled = summarize([read_trial(p) for p in paths.values()], slo)
+            goodput[float(sub.name[5:])] = pooled["slo_attainment"] or 0.0
+    return goodput
+
+
+def arms_to_run(run: RunConfig, rate: float, slo: SLO, stop_below: float | None) -> tuple[Arm, ...]:
+    """The arms whose capacity ``rate`` can still move (all of them without ``stop_below``).
+
+    Capacity is where goodput first falls below 90% as the rate rises, so an arm gains
+    nothing from a rate above one where its goodput fell below ``stop_below``, nor from a
+    rate below one where it already met 90%.
+    """
     if stop_below is None:
         return run.arms
     kept = []
     for arm in run.arms:
-        missed = False
-        for rate in rates_done:
-            paths = find_trials(rate_dir(run.results_dir, rate)).get(arm.name, {})
-            if paths:
-                pooled = summarize([read_trial(p) for p in paths.values()], slo)
-                missed = missed or (pooled["slo_attainment"] or 0.0) < stop_below
-        if missed:
+        goodput = recorded_goodput(run.results_dir, arm.name, slo)
+        if rate in goodput:
+            kept.append(arm)  # recorded: run_all skips the trials it already holds
+        elif any(r < rate and g < stop_below for r, g in goodput.items()):
             print(
-                f"[sweep] {arm.name}: goodput below {stop_below:.0%} at a lower rate; "
-                "not run at the higher rates",
-                file=sys.stderr,
+                f"[sweep] {arm.name}: missed at a lower rate; not run at {rate:g}", file=sys.stderr
             )
+        elif any(r > rate and g >= GOODPUT_TARGET for r, g in goodput.items()):
+            print(f"[sweep] {arm.name}: met at a higher rate; not run at {rate:g}", file=sys.stderr)
         else:
             kept.append(arm)
     return tuple(kept)
@@ -98,7 +111,7 @@ async def run_sweep(
         if any(arm.admin_patch is not None for arm in run.arms):
             run = replace(run, baseline_settings=await baseline_settings(http, run))
     for number, rate in enumerate(rates, 1):
-        arms = arms_still_in(run, rates[: number - 1], slo, stop_below)
+        arms = arms_to_run(run, rate, slo, stop_below)
         print(
             f"[sweep] rate {number}/{len(rates)}: {rate:g} request/s, "
             f"arms {', '.join(a.name for a in arms) or 'none'}",

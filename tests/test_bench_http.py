@@ -413,9 +413,23 @@ def test_sweep_stop_below_skips_an_arm_at_higher_rates_once_it_misses(
     entry = json.loads((tmp_path / "summary.json").read_text())["arms"]["off"]
     assert sorted(entry["rates"]) == ["20"]
     assert entry["capacity_bound"] == "below_lowest_rate"
-    assert "not run at the higher rates" in capsys.readouterr().err
+    assert "off: missed at a lower rate; not run at 40" in capsys.readouterr().err
 
 
 def test_sweep_stop_below_must_be_a_goodput_at_most_the_target(tmp_path: Path) -> None:
     args = ["bench", "sweep", "--rates", "1", "--base-url", "http://127.0.0.1:9"]
     assert gateway_main([*args, "--stop-below", "0.95", "--results", str(tmp_path)]) == 2
+
+
+def test_sweep_stop_below_skips_a_rate_under_one_the_arm_already_met(
+    fake_server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    arm = ["--arm", 'off={"controller":"off"}']
+    assert gateway_main([*sweep_args(fake_server.base_url, tmp_path, "40", 3), *arm]) == 0
+    num_sent = len(fake_server.requests)
+    args = [*sweep_args(fake_server.base_url, tmp_path, "20,40", 3), "--stop-below", "0.9"]
+    assert gateway_main([*args, *arm]) == 0
+    # The fake endpoint met every SLO at 40/s: 20/s cannot move the capacity.
+    assert len(fake_server.requests) == num_sent
+    assert not (tmp_path / "rate-20").exists()
+    assert "off: met at a higher rate; not run at 20" in capsys.readouterr().err
