@@ -3,6 +3,7 @@ and the step cost model's prediction against the observed busy time."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +126,7 @@ def sweep_plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
     ax.set_ylabel("goodput (% of requests within both SLOs)")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
-    ax.set_title("Goodput against load")
+    ax.set_title(f"Goodput against load{_host_label(out_dir)}", fontsize="medium")
     written = [_save(fig, out_dir / "goodput-vs-rate.png")]
     fig, (itl, ttft) = plt.subplots(1, 2, figsize=(11, 4.5))
     for arm, entry in summary["arms"].items():
@@ -139,8 +140,19 @@ def sweep_plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
         ax.set_xlabel("offered load (request/s)")
         ax.grid(True, alpha=0.3)
     itl.legend(fontsize="small")
+    fig.suptitle(f"Tail latency against load{_host_label(out_dir)}", fontsize="medium")
     written.append(_save(fig, out_dir / "latency-vs-rate.png"))
     return written
+
+
+def _host_label(results_dir: Path) -> str:
+    """`` (CPU model, its features, dtype)`` from ``host.json``, or nothing."""
+    try:
+        host = json.loads((results_dir / "host.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    parts = [host.get("cpu_model"), "+".join(host.get("cpu_features") or []), host.get("dtype")]
+    return f" ({', '.join(str(p) for p in parts if p)})"
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:
