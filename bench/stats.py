@@ -75,11 +75,17 @@ def e2e_s(record: RequestRecord) -> float | None:
 
 
 def meets_slo(record: RequestRecord, slo: SLO) -> bool:
+    return slo_miss(record, slo) is None
+
+
+def slo_miss(record: RequestRecord, slo: SLO) -> str | None:
+    """Why a measured request missed the SLO (``failed``, ``ttft``, ``itl``, ``both``), or None."""
     ttft = ttft_s(record)
-    if not record.is_ok or ttft is None or ttft * 1000 > slo.ttft_ms:
-        return False
+    if not record.is_ok or ttft is None:
+        return "failed"
     gap = percentile(request_gaps(record), slo.itl_percentile) or 0.0
-    return gap * 1000 <= slo.itl_ms
+    late, stalled = ttft * 1000 > slo.ttft_ms, gap * 1000 > slo.itl_ms
+    return ("both" if stalled else "ttft") if late else ("itl" if stalled else None)
 
 
 def _window_s(records: Sequence[RequestRecord]) -> float:
@@ -158,7 +164,8 @@ def summarize(trials: Sequence[Trial], slo: SLO) -> Summary:
     ok = [r for r in measured if r.is_ok]
     window_s = sum(_window_s(t.measured) for t in trials)
     num_tokens = sum(int((r.usage or {}).get("completion_tokens") or 0) for r in ok)
-    num_slo_met = sum(meets_slo(r, slo) for r in measured)
+    misses = [slo_miss(r, slo) for r in measured]
+    num_slo_met = misses.count(None)
     summary: Summary = {
         "num_trials": len(trials),
         "num_requests": len(measured),
@@ -172,6 +179,7 @@ def summarize(trials: Sequence[Trial], slo: SLO) -> Summary:
         "output_tps": num_tokens / window_s if window_s > 0 else None,
         "request_tps": len(ok) / window_s if window_s > 0 else None,
         "num_slo_met": num_slo_met,
+        **{f"num_missed_{why}": misses.count(why) for why in ("failed", "ttft", "itl", "both")},
         "slo_attainment": num_slo_met / len(measured) if measured else None,
         "goodput_rps": num_slo_met / window_s if window_s > 0 else None,
     }

@@ -37,6 +37,8 @@ from bench.stats import SLO, summarize
 from bench.tokens import TokenCounter
 
 GOODPUT_TARGET = 0.9
+MISSES = ("ttft", "itl", "both", "failed")
+"""Why requests missed the SLO, in the order the table gives them."""
 SUMMARY_FILE = "summary.json"
 
 
@@ -197,9 +199,9 @@ def format_sweep(summary: dict[str, Any]) -> str:
 def format_sweep_markdown(summary: dict[str, Any]) -> str:
     """The same figures as a Markdown table, one row per arm and rate (for the README)."""
     lines = [
-        "| arm | capacity req/s | rate req/s | requests | goodput | TTFT P50 / P99 s "
-        "| short P50 / P99 s | long P50 / P99 s | ITL P99 ms |",
-        "| --- | --- | ---: | ---: | ---: | --- | --- | --- | ---: |",
+        "| arm | capacity req/s | rate req/s | requests | goodput | missed: TTFT / gap / both "
+        "/ failed | TTFT P50 / P99 s | short P50 / P99 s | long P50 / P99 s | ITL P99 ms |",
+        "| --- | --- | ---: | ---: | ---: | --- | --- | --- | --- | ---: |",
     ]
     for arm, entry in summary["arms"].items():
         for number, (rate, s) in enumerate(entry["rates"].items()):
@@ -207,6 +209,7 @@ def format_sweep_markdown(summary: dict[str, Any]) -> str:
             lines.append(
                 f"| {arm if first else ''} | {capacity_label(entry) if first else ''} | {rate} "
                 f"| {s['num_requests']} | {100 * (s['slo_attainment'] or 0):.0f}% "
+                f"| {' / '.join(str(s.get(f'num_missed_{w}', '-')) for w in MISSES)} "
                 f"| {_s(s['ttft_p50_ms'])} / {_s(s['ttft_p99_ms'])} "
                 f"| {_s(s['ttft_short_p50_ms'])} / {_s(s['ttft_short_p99_ms'])} "
                 f"| {_s(s['ttft_long_p50_ms'])} / {_s(s['ttft_long_p99_ms'])} "

@@ -14,7 +14,7 @@ import pytest
 from bench.compare import compare_arms, output_agreement, paired_ci, t_quantile_975
 from bench.plots import controller_cap, itl_cdf
 from bench.records import MetricsSample, RequestRecord, Trial, read_trial, trial_path, write_trial
-from bench.stats import SLO, meets_slo, percentile, request_gaps, summarize
+from bench.stats import SLO, meets_slo, percentile, request_gaps, slo_miss, summarize
 from bench.stream import accounting_error, apply_event, parse_data
 from bench.tokens import CharCounter
 from bench.workload import WorkloadConfig, build_workload, poisson_arrivals
@@ -215,7 +215,10 @@ def test_summary_itl_pooled_and_goodput() -> None:
     assert not meets_slo(trial.requests[0], SLO(1000, 500, itl_percentile=99))
     assert meets_slo(trial.requests[0], SLO(1000, 1000))
     assert not meets_slo(trial.requests[1], SLO(ttft_ms=400, itl_ms=500))
+    assert [slo_miss(r, slo) for r in trial.requests] == ["itl", None]
+    assert [slo_miss(r, SLO(400, 500)) for r in trial.requests] == ["both", "ttft"]
     s = summarize([trial], slo)
+    assert (s["num_slo_met"], s["num_missed_itl"], s["num_missed_ttft"]) == (1, 1, 0)
     assert s["num_itl_gaps"] == 6
     assert s["itl_p50_ms"] == pytest.approx(100.0)
     assert s["itl_p99_ms"] == pytest.approx(float(np.percentile([0.1] * 5 + [0.9], 99)) * 1000)

@@ -389,8 +389,8 @@ def test_sweep_runs_each_rate_and_reports_capacity(
     assert gateway_main([*args, "--markdown"]) == 0
     assert len(fake_server.requests) == num_sent
     table = capsys.readouterr().out
-    assert "| off | >= 40 | 20 | 4 | 100% |" in table
-    assert "|  |  | 40 | 4 | 100% |" in table
+    assert "| off | >= 40 | 20 | 4 | 100% | 0 / 0 / 0 / 0 |" in table
+    assert "|  |  | 40 | 4 | 100% | 0 / 0 / 0 / 0 |" in table
 
 
 def test_sweep_stop_below_skips_an_arm_at_higher_rates_once_it_misses(
