@@ -56,15 +56,14 @@ def parse_rates(text: str) -> tuple[float, ...]:
     return rates
 
 
-def recorded_goodput(results_dir: Path, arm: str, slo: SLO) -> dict[float, float]:
-    """The arm's pooled goodput at every rate recorded in ``results_dir``."""
-    goodput = {}
-    for sub in results_dir.glob("rate-*"):
-        paths = find_trials(sub).get(arm, {})
-        if paths:
+def pooled_by_rate(results_dir: Path, slo: SLO) -> dict[str, dict[float, dict[str, Any]]]:
+    """Per arm, per recorded rate (ascending): its trials' seeds and pooled figures."""
+    arms: dict[str, dict[float, dict[str, Any]]] = {}
+    for sub in sorted(results_dir.glob("rate-*"), key=lambda p: float(p.name[5:])):
+        for arm, paths in find_trials(sub).items():
             pooled = summarize([read_trial(p) for p in paths.values()], slo)
-            goodput[float(sub.name[5:])] = pooled["slo_attainment"] or 0.0
-    return goodput
+            arms.setdefault(arm, {})[float(sub.name[5:])] = {"seeds": sorted(paths), **pooled}
+    return arms
 
 
 def arms_to_run(run: RunConfig, rate: float, slo: SLO, stop_below: float | None) -> tuple[Arm, ...]:
@@ -76,9 +75,11 @@ def arms_to_run(run: RunConfig, rate: float, slo: SLO, stop_below: float | None)
     """
     if stop_below is None:
         return run.arms
+    recorded = pooled_by_rate(run.results_dir, slo)
     kept = []
     for arm in run.arms:
-        goodput = recorded_goodput(run.results_dir, arm.name, slo)
+        by_rate = recorded.get(arm.name, {})
+        goodput = {r: s["slo_attainment"] or 0.0 for r, s in by_rate.items()}
         if rate in goodput:
             kept.append(arm)  # recorded: run_all skips the trials it already holds
         elif any(r < rate and g < stop_below for r, g in goodput.items()):
@@ -155,15 +156,9 @@ def capacity(points: list[tuple[float, float]], target: float = GOODPUT_TARGET) 
 def sweep_summary(results_dir: Path, slo: SLO) -> dict[str, Any]:
     """Per arm: per rate (seeds pooled) the figures, and the capacity; writes summary.json."""
     arms: dict[str, dict[str, Any]] = {}
-    for sub in sorted(results_dir.glob("rate-*"), key=lambda p: float(p.name[5:])):
-        rate = float(sub.name[5:])
-        for arm, paths in find_trials(sub).items():
-            pooled = summarize([read_trial(p) for p in paths.values()], slo)
-            entry = arms.setdefault(arm, {"rates": {}})
-            entry["rates"][f"{rate:g}"] = {"seeds": sorted(paths), **pooled}
-    for entry in arms.values():
-        points = [(float(r), s["slo_attainment"] or 0.0) for r, s in entry["rates"].items()]
-        entry |= capacity(points)
+    for arm, by_rate in pooled_by_rate(results_dir, slo).items():
+        points = [(rate, s["slo_attainment"] or 0.0) for rate, s in by_rate.items()]
+        arms[arm] = {"rates": {f"{r:g}": s for r, s in by_rate.items()}, **capacity(points)}
     summary = {"results_dir": str(results_dir), "slo": asdict(slo), "arms": arms}
     (results_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
