@@ -182,8 +182,9 @@ def add_bench_parser(commands: Any) -> None:
         "--stop-below",
         type=float,
         metavar="GOODPUT",
-        help="do not run an arm at higher rates once its goodput at a rate is below GOODPUT "
-        "(0 to 0.9; its capacity is then bracketed); default: every arm at every rate",
+        help="only bracket each arm's capacity: no rate above one where its goodput fell "
+        "below GOODPUT (0 to 0.9), none below one where it met 90%%; default: every arm at "
+        "every rate",
     )
     sweep.add_argument(
         "--markdown", action="store_true", help="print the figures as a Markdown table"

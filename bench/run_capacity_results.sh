@@ -10,8 +10,8 @@
 # Stages, in the order of what the headline needs first:
 #   chunks  the cost of a prefill chunk by size and context (bench chunks), fixed caps 8-256
 #   a1      off, default dlfp-ct, and fixed-32 (seed 801): not in the issue's list, added
-#           because on the AVX2 CPU a 64-token chunk beside several decodes already passes
-#           the 500 ms gap (chunk costs), so 32 is the static cap to beat there
+#           because on the AVX2 CPU fixed-64's trial missed on gaps (its 64-token steps
+#           beside several decodes pass 500 ms), so 32 is the static cap to beat there
 #   b1, b2  vLLM's long_prefill_token_threshold at 64; at 128 and 256 (one engine start each)
 #   a2      the issue's fixed caps: fixed-64, fixed-128, fixed-256 (seed 801)
 #   a3      dlfp-ct with FCFS order, and without the feed-forward cap (seed 801)
