@@ -14,7 +14,8 @@
 #           beside several decodes pass 500 ms), so 32 is the static cap to beat there
 #   b1, b2  vLLM's long_prefill_token_threshold at 64; at 128 and 256 (one engine start each)
 #   a2      the issue's fixed caps: fixed-64, fixed-128, fixed-256 (seed 801)
-#   a3      dlfp-ct with FCFS order, and without the feed-forward cap (seed 801)
+#   a3      dlfp-ct with FCFS order, and without the feed-forward cap (seed 801), at
+#           A3_RATES only (default 0.2,0.25: default dlfp-ct's bracket), for machine time
 #   c       seeds 802 and 803 for off and default dlfp-ct
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,7 @@ PY=${PY:-.venv/bin/python}
 OUT=${OUT:-bench/results/cpu-capacity}
 RATES=${RATES:-0.1,0.15,0.2,0.25,0.35,0.45}
 NREQ=${NREQ:-60}
+A3_RATES=${A3_RATES:-0.2,0.25}
 LOAD=${LOAD:-0.45}
 PORT=${PORT:-8100}
 STAGES=${STAGES:-chunks a1 b1 b2 a2 a3 c}
@@ -75,7 +77,7 @@ if has a2; then
         --arm 'fixed-256={"controller":"fixed","fixed_cap_tokens":256}'
 fi
 if has a3; then
-    "${SWEEP[@]}" --seeds 801 \
+    "${SWEEP[@]}" --seeds 801 --rates "$A3_RATES" \
         --arm 'dlfp-ct-fcfs={"controller":"dlfp-ct","prefill_order":"fcfs"}' \
         --arm 'dlfp-ct-noff={"controller":"dlfp-ct","feedforward":false}'
 fi

@@ -70,8 +70,9 @@ def arms_to_run(run: RunConfig, rate: float, slo: SLO, stop_below: float | None)
     """The arms whose capacity ``rate`` can still move (all of them without ``stop_below``).
 
     Capacity is where goodput first falls below 90% as the rate rises, so an arm gains
-    nothing from a rate above one where its goodput fell below ``stop_below``, nor from a
-    rate below one where it already met 90%.
+    nothing from a rate above one where its goodput fell below ``stop_below`` (not even more
+    seeds at a rate it holds trials for), nor from a rate below one where it already met 90%.
+    A recorded rate otherwise keeps the arm, so further seeds fill in the rates it holds.
     """
     if stop_below is None:
         return run.arms
@@ -80,12 +81,13 @@ def arms_to_run(run: RunConfig, rate: float, slo: SLO, stop_below: float | None)
     for arm in run.arms:
         by_rate = recorded.get(arm.name, {})
         goodput = {r: s["slo_attainment"] or 0.0 for r, s in by_rate.items()}
-        if rate in goodput:
-            kept.append(arm)  # recorded: run_all skips the trials it already holds
-        elif any(r < rate and g < stop_below for r, g in goodput.items()):
+        if any(r < rate and g < stop_below for r, g in goodput.items()):
+            # Also when this rate holds trials: more seeds here cannot move the capacity.
             print(
                 f"[sweep] {arm.name}: missed at a lower rate; not run at {rate:g}", file=sys.stderr
             )
+        elif rate in goodput:
+            kept.append(arm)  # recorded: run_all skips the trials it already holds
         elif any(r > rate and g >= GOODPUT_TARGET for r, g in goodput.items()):
             print(f"[sweep] {arm.name}: met at a higher rate; not run at {rate:g}", file=sys.stderr)
         else:

@@ -416,6 +416,29 @@ def test_sweep_stop_below_skips_an_arm_at_higher_rates_once_it_misses(
     assert "off: missed at a lower rate; not run at 40" in capsys.readouterr().err
 
 
+def test_sweep_stop_below_adds_no_seeds_above_a_rate_the_arm_missed(
+    fake_server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Every request misses a microsecond ITL objective; seed 1 is recorded at both rates.
+    args = [
+        *sweep_args(fake_server.base_url, tmp_path, "20,40", 3),
+        "--itl-slo-ms",
+        "0.001",
+        "--arm",
+        'off={"controller":"off"}',
+    ]
+    assert gateway_main(args) == 0
+    capsys.readouterr()
+    assert gateway_main([*args, "--seeds", "1,2", "--stop-below", "0.5"]) == 0
+    # Seed 2 fills in the lowest rate; at 40/s it could not move the capacity.
+    assert sorted(p.name for p in (tmp_path / "rate-20" / "off").glob("seed-*.jsonl")) == [
+        "seed-1.jsonl",
+        "seed-2.jsonl",
+    ]
+    assert [p.name for p in (tmp_path / "rate-40" / "off").glob("seed-*.jsonl")] == ["seed-1.jsonl"]
+    assert "off: missed at a lower rate; not run at 40" in capsys.readouterr().err
+
+
 def test_sweep_stop_below_must_be_a_goodput_at_most_the_target(tmp_path: Path) -> None:
     args = ["bench", "sweep", "--rates", "1", "--base-url", "http://127.0.0.1:9"]
     assert gateway_main([*args, "--stop-below", "0.95", "--results", str(tmp_path)]) == 2
