@@ -57,13 +57,31 @@ def parse_rates(text: str) -> tuple[float, ...]:
 
 
 def pooled_by_rate(results_dir: Path, slo: SLO) -> dict[str, dict[float, dict[str, Any]]]:
-    """Per arm, per recorded rate (ascending): its trials' seeds and pooled figures."""
+    """Per arm, per recorded rate (ascending): its trials' seeds, each seed's goodput, and
+    the figures pooled over the seeds."""
     arms: dict[str, dict[float, dict[str, Any]]] = {}
     for sub in sorted(results_dir.glob("rate-*"), key=lambda p: float(p.name[5:])):
         for arm, paths in find_trials(sub).items():
-            pooled = summarize([read_trial(p) for p in paths.values()], slo)
-            arms.setdefault(arm, {})[float(sub.name[5:])] = {"seeds": sorted(paths), **pooled}
+            trials = {seed: read_trial(path) for seed, path in sorted(paths.items())}
+            by_seed = {
+                str(seed): summarize([trial], slo)["slo_attainment"]
+                for seed, trial in trials.items()
+            }
+            arms.setdefault(arm, {})[float(sub.name[5:])] = {
+                "seeds": sorted(paths),
+                "slo_attainment_by_seed": by_seed,
+                **summarize(list(trials.values()), slo),
+            }
     return arms
+
+
+def capacity_by_seed(by_rate: dict[float, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each seed's own capacity, from the rates that seed was run at (for the spread)."""
+    points: dict[str, list[tuple[float, float]]] = {}
+    for rate, s in by_rate.items():
+        for seed, goodput in s["slo_attainment_by_seed"].items():
+            points.setdefault(seed, []).append((rate, goodput or 0.0))
+    return {seed: capacity(p) for seed, p in sorted(points.items())}
 
 
 def arms_to_run(run: RunConfig, rate: float, slo: SLO, stop_below: float | None) -> tuple[Arm, ...]:
@@ -160,16 +178,23 @@ def sweep_summary(results_dir: Path, slo: SLO) -> dict[str, Any]:
     arms: dict[str, dict[str, Any]] = {}
     for arm, by_rate in pooled_by_rate(results_dir, slo).items():
         points = [(rate, s["slo_attainment"] or 0.0) for rate, s in by_rate.items()]
-        arms[arm] = {"rates": {f"{r:g}": s for r, s in by_rate.items()}, **capacity(points)}
+        arms[arm] = {
+            "rates": {f"{r:g}": s for r, s in by_rate.items()},
+            **capacity(points),
+            "capacity_by_seed": capacity_by_seed(by_rate),
+        }
     summary = {"results_dir": str(results_dir), "slo": asdict(slo), "arms": arms}
     (results_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
 
 
-def capacity_label(entry: dict[str, Any]) -> str:
-    """``0.312``, ``>= 0.45`` (every rate met the target) or ``< 0.15`` (none did)."""
+def capacity_label(entry: dict[str, Any], rates: list[float] | None = None) -> str:
+    """``0.312``, ``>= 0.45`` (every rate met the target) or ``< 0.15`` (none did).
+
+    ``rates``: the rates the capacity was judged on (default: the entry's own).
+    """
     cap, bound = entry["capacity_rps"], entry["capacity_bound"]
-    rates = sorted(float(r) for r in entry["rates"])
+    rates = sorted(rates if rates is not None else (float(r) for r in entry["rates"]))
     if bound == "below_lowest_rate" and rates:
         return f"< {rates[0]:g}"
     if cap is None:
@@ -182,6 +207,8 @@ def format_sweep(summary: dict[str, Any]) -> str:
     for arm, entry in summary["arms"].items():
         bound = entry["capacity_bound"]
         lines.append(f"{arm}: capacity {capacity_label(entry)} request/s ({bound})")
+        if len(entry.get("capacity_by_seed", {})) > 1:
+            lines.append(f"  by seed: {seed_capacities(entry)}")
         for rate, s in entry["rates"].items():
             lines.append(
                 f"  {rate:>6} req/s: goodput {100 * (s['slo_attainment'] or 0):5.1f}% of "
@@ -191,6 +218,15 @@ def format_sweep(summary: dict[str, Any]) -> str:
                 f"ITL p99 {_s(s['itl_p99_ms'], 1)} ms"
             )
     return "\n".join(lines)
+
+
+def seed_capacities(entry: dict[str, Any]) -> str:
+    """``801: 0.205, 802: < 0.15``: each seed's capacity, on the rates that seed ran at."""
+    parts = []
+    for seed, cap in entry["capacity_by_seed"].items():
+        rates = [float(r) for r, s in entry["rates"].items() if seed in s["slo_attainment_by_seed"]]
+        parts.append(f"{seed}: {capacity_label(cap, rates)}")
+    return ", ".join(parts)
 
 
 def format_sweep_markdown(summary: dict[str, Any]) -> str:
@@ -212,7 +248,12 @@ def format_sweep_markdown(summary: dict[str, Any]) -> str:
                 f"| {_s(s['ttft_long_p50_ms'])} / {_s(s['ttft_long_p99_ms'])} "
                 f"| {_s(s['itl_p99_ms'], 1)} |"
             )
-    return "\n".join(lines)
+    spread = [
+        f"- `{arm}` capacity by seed: {seed_capacities(entry)}"
+        for arm, entry in summary["arms"].items()
+        if len(entry.get("capacity_by_seed", {})) > 1
+    ]
+    return "\n".join([*lines, *([""] if spread else []), *spread])
 
 
 def _s(ms: float | None, scale: float = 1e-3) -> str:

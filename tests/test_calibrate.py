@@ -73,3 +73,19 @@ def test_capacity_label_names_the_bound() -> None:
     assert capacity_label(entry([(0.15, 1.0), (0.25, 0.8)])) == "0.200"
     assert capacity_label(entry([(0.15, 1.0), (0.25, 0.95)])) == ">= 0.25"
     assert capacity_label(entry([(0.15, 0.5), (0.25, 0.2)])) == "< 0.15"
+
+
+def test_capacity_by_seed_uses_only_the_rates_each_seed_ran_at() -> None:
+    from bench.sweep import capacity_by_seed, seed_capacities
+
+    # Seed 1 ran at both rates and crosses 90% between them; seed 2 only at the lower
+    # rate, where it already missed.
+    by_rate = {
+        0.1: {"slo_attainment_by_seed": {"1": 1.0, "2": 0.5}},
+        0.2: {"slo_attainment_by_seed": {"1": 0.8}},
+    }
+    caps = capacity_by_seed(by_rate)
+    assert caps["1"]["capacity_rps"] == pytest.approx(0.15)
+    assert caps["2"]["capacity_bound"] == "below_lowest_rate"
+    entry = {"rates": {f"{r:g}": s for r, s in by_rate.items()}, "capacity_by_seed": caps}
+    assert seed_capacities(entry) == "1: 0.150, 2: < 0.1"
