@@ -116,12 +116,24 @@ def chunk_costs(rows: list[dict[str, Any]], path: Path) -> Path:
 def sweep_plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
     """``goodput-vs-rate.png`` and ``latency-vs-rate.png`` (P99 ITL and P99 TTFT) per arm."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    partial = False
     for arm, entry in summary["arms"].items():
-        rates = sorted(entry["rates"], key=float)
-        goodput = [100 * (entry["rates"][r]["slo_attainment"] or 0.0) for r in rates]
-        label = f"{arm} (capacity {capacity_label(entry)})"
-        ax.plot([float(r) for r in rates], goodput, marker="o", label=label)
+        # The line joins the rates the capacity was judged on (every seed of the arm);
+        # rates run at fewer seeds are open markers.
+        judged = entry.get("capacity_rates", list(entry["rates"]))
+        for kind, rates in (("judged", judged), ("partial", set(entry["rates"]) - set(judged))):
+            rates = sorted(rates, key=float)
+            goodput = [100 * (entry["rates"][r]["slo_attainment"] or 0.0) for r in rates]
+            if kind == "judged":
+                label = f"{arm} (capacity {capacity_label(entry)})"
+                (line,) = ax.plot([float(r) for r in rates], goodput, marker="o", label=label)
+            elif rates:
+                partial = True
+                xs = [float(r) for r in rates]
+                ax.plot(xs, goodput, "o", mfc="none", color=line.get_color())
     ax.axhline(90, color="grey", linewidth=0.8, linestyle=":")
+    if partial:
+        ax.plot([], [], "o", mfc="none", color="grey", label="run at fewer seeds")
     ax.set_xlabel("offered load (request/s, Poisson)")
     ax.set_ylabel("goodput (% of requests within both SLOs)")
     ax.grid(True, alpha=0.3)

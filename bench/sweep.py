@@ -90,7 +90,9 @@ def arms_to_run(run: RunConfig, rate: float, slo: SLO, stop_below: float | None)
     Capacity is where goodput first falls below 90% as the rate rises, so an arm gains
     nothing from a rate above one where its goodput fell below ``stop_below`` (not even more
     seeds at a rate it holds trials for), nor from a rate below one where it already met 90%.
-    A recorded rate otherwise keeps the arm, so further seeds fill in the rates it holds.
+    Only rates that hold every seed of this run count for either rule: a goodput pooled over
+    fewer seeds is not the one this run would judge by. A recorded rate otherwise keeps the
+    arm, so further seeds fill in the rates it holds.
     """
     if stop_below is None:
         return run.arms
@@ -98,13 +100,16 @@ def arms_to_run(run: RunConfig, rate: float, slo: SLO, stop_below: float | None)
     kept = []
     for arm in run.arms:
         by_rate = recorded.get(arm.name, {})
-        goodput = {r: s["slo_attainment"] or 0.0 for r, s in by_rate.items()}
+        goodput = {
+            r: s["slo_attainment"] or 0.0
+            for r, s in by_rate.items()
+            if set(run.seeds) <= set(s["seeds"])
+        }
         if any(r < rate and g < stop_below for r, g in goodput.items()):
-            # Also when this rate holds trials: more seeds here cannot move the capacity.
             print(
                 f"[sweep] {arm.name}: missed at a lower rate; not run at {rate:g}", file=sys.stderr
             )
-        elif rate in goodput:
+        elif rate in by_rate:
             kept.append(arm)  # recorded: run_all skips the trials it already holds
         elif any(r > rate and g >= GOODPUT_TARGET for r, g in goodput.items()):
             print(f"[sweep] {arm.name}: met at a higher rate; not run at {rate:g}", file=sys.stderr)
@@ -174,13 +179,23 @@ def capacity(points: list[tuple[float, float]], target: float = GOODPUT_TARGET) 
 
 
 def sweep_summary(results_dir: Path, slo: SLO) -> dict[str, Any]:
-    """Per arm: per rate (seeds pooled) the figures, and the capacity; writes summary.json."""
+    """Per arm: per rate (seeds pooled) the figures, and the capacity; writes summary.json.
+
+    The pooled capacity is judged on the rates that hold every seed the arm was run with
+    (``capacity_rates``): goodputs pooled over different seeds are not one curve.
+    """
     arms: dict[str, dict[str, Any]] = {}
     for arm, by_rate in pooled_by_rate(results_dir, slo).items():
-        points = [(rate, s["slo_attainment"] or 0.0) for rate, s in by_rate.items()]
+        seeds = set().union(*(s["seeds"] for s in by_rate.values()))
+        points = [
+            (rate, s["slo_attainment"] or 0.0)
+            for rate, s in by_rate.items()
+            if set(s["seeds"]) == seeds
+        ]
         arms[arm] = {
             "rates": {f"{r:g}": s for r, s in by_rate.items()},
             **capacity(points),
+            "capacity_rates": [f"{r:g}" for r, _ in points],
             "capacity_by_seed": capacity_by_seed(by_rate),
         }
     summary = {"results_dir": str(results_dir), "slo": asdict(slo), "arms": arms}
@@ -194,7 +209,9 @@ def capacity_label(entry: dict[str, Any], rates: list[float] | None = None) -> s
     ``rates``: the rates the capacity was judged on (default: the entry's own).
     """
     cap, bound = entry["capacity_rps"], entry["capacity_bound"]
-    rates = sorted(rates if rates is not None else (float(r) for r in entry["rates"]))
+    if rates is None:
+        rates = [float(r) for r in entry.get("capacity_rates", entry["rates"])]
+    rates = sorted(rates)
     if bound == "below_lowest_rate" and rates:
         return f"< {rates[0]:g}"
     if cap is None:

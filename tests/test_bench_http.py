@@ -437,6 +437,24 @@ def test_sweep_stop_below_adds_no_seeds_above_a_rate_the_arm_missed(
     ]
     assert [p.name for p in (tmp_path / "rate-40" / "off").glob("seed-*.jsonl")] == ["seed-1.jsonl"]
     assert "off: missed at a lower rate; not run at 40" in capsys.readouterr().err
+    # The pooled capacity is judged only where both seeds ran; each seed has its own.
+    entry = json.loads((tmp_path / "summary.json").read_text())["arms"]["off"]
+    assert entry["capacity_rates"] == ["20"]
+    assert sorted(entry["capacity_by_seed"]) == ["1", "2"]
+
+
+def test_sweep_stop_below_counts_a_met_rate_only_if_it_holds_every_seed(
+    fake_server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    arm = ["--arm", 'off={"controller":"off"}']
+    assert gateway_main([*sweep_args(fake_server.base_url, tmp_path, "40", 3), *arm]) == 0
+    args = [*sweep_args(fake_server.base_url, tmp_path, "20,40", 3), "--stop-below", "0.9"]
+    assert gateway_main([*args, "--seeds", "1,2", *arm]) == 0
+    # 40/s was met by seed 1 alone, which says nothing of seeds 1 and 2 pooled: 20/s runs.
+    for rate in ("rate-20", "rate-40"):
+        seeds = sorted(p.name for p in (tmp_path / rate / "off").glob("seed-*.jsonl"))
+        assert seeds == ["seed-1.jsonl", "seed-2.jsonl"]
+    assert "not run at 20" not in capsys.readouterr().err
 
 
 def test_sweep_stop_below_must_be_a_goodput_at_most_the_target(tmp_path: Path) -> None:
