@@ -158,6 +158,24 @@ def _controller_steps(trials: Sequence[Trial], summary: Summary) -> None:
     )
 
 
+def _machine_speed(trials: Sequence[Trial], summary: Summary) -> None:
+    """The median busy time of a step that decodes one request and nothing else.
+
+    The same work in every arm and trial, so it shows the machine's own speed at the time
+    (on a shared 2-core guest it drifts); it is not a latency the arms cause.
+    """
+    lone = [
+        s["busy_ms"]
+        for t in trials
+        for s in t.steps
+        if s.get("busy_ms") is not None
+        and s.get("num_decoding") == 1
+        and s.get("num_prefill_tokens") == 0
+    ]
+    summary["num_lone_decode_steps"] = len(lone)
+    summary["lone_decode_step_ms"] = percentile(lone, 50) if lone else None
+
+
 def summarize(trials: Sequence[Trial], slo: SLO) -> Summary:
     """The figures of one trial, or of several pooled (gaps pooled, windows added)."""
     measured = [r for t in trials for r in t.measured]
@@ -185,4 +203,5 @@ def summarize(trials: Sequence[Trial], slo: SLO) -> Summary:
     }
     _server_side(trials, summary)
     _controller_steps(trials, summary)
+    _machine_speed(trials, summary)
     return summary

@@ -57,19 +57,19 @@ def parse_rates(text: str) -> tuple[float, ...]:
 
 
 def pooled_by_rate(results_dir: Path, slo: SLO) -> dict[str, dict[float, dict[str, Any]]]:
-    """Per arm, per recorded rate (ascending): its trials' seeds, each seed's goodput, and
-    the figures pooled over the seeds."""
+    """Per arm, per recorded rate (ascending): its trials' seeds, each seed's goodput and
+    lone-decode step time (the machine's speed then), and the figures pooled over the seeds."""
     arms: dict[str, dict[float, dict[str, Any]]] = {}
     for sub in sorted(results_dir.glob("rate-*"), key=lambda p: float(p.name[5:])):
         for arm, paths in find_trials(sub).items():
             trials = {seed: read_trial(path) for seed, path in sorted(paths.items())}
-            by_seed = {
-                str(seed): summarize([trial], slo)["slo_attainment"]
-                for seed, trial in trials.items()
-            }
+            by_seed = {str(seed): summarize([trial], slo) for seed, trial in trials.items()}
             arms.setdefault(arm, {})[float(sub.name[5:])] = {
                 "seeds": sorted(paths),
-                "slo_attainment_by_seed": by_seed,
+                "slo_attainment_by_seed": {k: v["slo_attainment"] for k, v in by_seed.items()},
+                "lone_decode_step_ms_by_seed": {
+                    k: v["lone_decode_step_ms"] for k, v in by_seed.items()
+                },
                 **summarize(list(trials.values()), slo),
             }
     return arms
@@ -250,8 +250,9 @@ def format_sweep_markdown(summary: dict[str, Any]) -> str:
     """The same figures as a Markdown table, one row per arm and rate (for the README)."""
     lines = [
         "| arm | capacity req/s | rate req/s | requests | goodput | missed: TTFT / gap / both "
-        "/ failed | TTFT P50 / P99 s | short P50 / P99 s | long P50 / P99 s | ITL P99 ms |",
-        "| --- | --- | ---: | ---: | ---: | --- | --- | --- | --- | ---: |",
+        "/ failed | TTFT P50 / P99 s | short P50 / P99 s | long P50 / P99 s | ITL P99 ms "
+        "| lone decode step ms, by seed |",
+        "| --- | --- | ---: | ---: | ---: | --- | --- | --- | --- | ---: | --- |",
     ]
     for arm, entry in summary["arms"].items():
         for number, (rate, s) in enumerate(entry["rates"].items()):
@@ -263,7 +264,8 @@ def format_sweep_markdown(summary: dict[str, Any]) -> str:
                 f"| {_s(s['ttft_p50_ms'])} / {_s(s['ttft_p99_ms'])} "
                 f"| {_s(s['ttft_short_p50_ms'])} / {_s(s['ttft_short_p99_ms'])} "
                 f"| {_s(s['ttft_long_p50_ms'])} / {_s(s['ttft_long_p99_ms'])} "
-                f"| {_s(s['itl_p99_ms'], 1)} |"
+                f"| {_s(s['itl_p99_ms'], 1)} "
+                f"| {' / '.join(_s(ms, 1) for ms in s['lone_decode_step_ms_by_seed'].values())} |"
             )
     spread = [
         f"- `{arm}` capacity by seed: {seed_capacities(entry)}"

@@ -206,6 +206,21 @@ def test_percentiles_match_numpy_and_known_cases() -> None:
         assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
 
 
+def test_summary_lone_decode_step_is_the_machine_speed() -> None:
+    trial = _trial("off", 801, [[0.1]])
+    assert summarize([trial], SLO(1000, 500))["lone_decode_step_ms"] is None
+    step = {"num_decoding": 1, "num_prefill_tokens": 0}
+    trial.steps = [
+        {**step, "busy_ms": 50.0},
+        {**step, "busy_ms": 70.0},
+        {**step, "busy_ms": 90.0},
+        {**step, "num_decoding": 2, "busy_ms": 500.0},  # two decodes: other work
+        {**step, "num_prefill_tokens": 8, "busy_ms": 400.0},  # a prefill beside it
+    ]
+    s = summarize([trial], SLO(1000, 500))
+    assert (s["lone_decode_step_ms"], s["num_lone_decode_steps"]) == (70.0, 3)
+
+
 def test_summary_itl_pooled_and_goodput() -> None:
     # Request 0: gaps 0.1, 0.1, 0.9 (one stall); request 1: gaps 0.1 x3.
     trial = _trial("off", 801, [[0.1, 0.1, 0.9], [0.1, 0.1, 0.1]])
