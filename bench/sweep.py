@@ -81,7 +81,10 @@ def capacity_by_seed(by_rate: dict[float, dict[str, Any]]) -> dict[str, dict[str
     for rate, s in by_rate.items():
         for seed, goodput in s["slo_attainment_by_seed"].items():
             points.setdefault(seed, []).append((rate, goodput or 0.0))
-    return {seed: capacity(p) for seed, p in sorted(points.items())}
+    return {
+        seed: {**capacity(p), "capacity_rates": [f"{r:g}" for r, _ in sorted(p)]}
+        for seed, p in sorted(points.items())
+    }
 
 
 def arms_to_run(run: RunConfig, rate: float, slo: SLO, stop_below: float | None) -> tuple[Arm, ...]:
@@ -203,15 +206,11 @@ def sweep_summary(results_dir: Path, slo: SLO) -> dict[str, Any]:
     return summary
 
 
-def capacity_label(entry: dict[str, Any], rates: list[float] | None = None) -> str:
-    """``0.312``, ``>= 0.45`` (every rate met the target) or ``< 0.15`` (none did).
-
-    ``rates``: the rates the capacity was judged on (default: the entry's own).
-    """
+def capacity_label(entry: dict[str, Any]) -> str:
+    """``0.312``, ``>= 0.45`` (every rate met the target) or ``< 0.15`` (none did), on the
+    rates the capacity was judged on (``capacity_rates``, else the entry's own)."""
     cap, bound = entry["capacity_rps"], entry["capacity_bound"]
-    if rates is None:
-        rates = [float(r) for r in entry.get("capacity_rates", entry["rates"])]
-    rates = sorted(rates)
+    rates = sorted(float(r) for r in entry.get("capacity_rates") or entry["rates"])
     if bound == "below_lowest_rate" and rates:
         return f"< {rates[0]:g}"
     if cap is None:
@@ -239,11 +238,8 @@ def format_sweep(summary: dict[str, Any]) -> str:
 
 def seed_capacities(entry: dict[str, Any]) -> str:
     """``801: 0.205, 802: < 0.15``: each seed's capacity, on the rates that seed ran at."""
-    parts = []
-    for seed, cap in entry["capacity_by_seed"].items():
-        rates = [float(r) for r, s in entry["rates"].items() if seed in s["slo_attainment_by_seed"]]
-        parts.append(f"{seed}: {capacity_label(cap, rates)}")
-    return ", ".join(parts)
+    by_seed = entry["capacity_by_seed"].items()
+    return ", ".join(f"{seed}: {capacity_label(cap)}" for seed, cap in by_seed)
 
 
 def format_sweep_markdown(summary: dict[str, Any]) -> str:

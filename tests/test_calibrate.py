@@ -87,5 +87,5 @@ def test_capacity_by_seed_uses_only_the_rates_each_seed_ran_at() -> None:
     caps = capacity_by_seed(by_rate)
     assert caps["1"]["capacity_rps"] == pytest.approx(0.15)
     assert caps["2"]["capacity_bound"] == "below_lowest_rate"
-    entry = {"rates": {f"{r:g}": s for r, s in by_rate.items()}, "capacity_by_seed": caps}
+    entry = {"capacity_by_seed": caps}
     assert seed_capacities(entry) == "1: 0.150, 2: < 0.1"
