@@ -23,6 +23,7 @@ LONG_MAX=${LONG_MAX:-900}
 PORT=${PORT:-8300}
 PP=${PP:-2}
 TOKEN=bench-admin-token
+source bench/lib.sh
 mkdir -p "$OUT/logs"
 lscpu > "$OUT/logs/lscpu.txt"
 TOK=$($PY -c "from engine_worker.embedded_model import ensure_embedded_model as e; print(e())")
@@ -32,16 +33,7 @@ BENCH=($PY -m gateway bench --base-url "http://127.0.0.1:$PORT" --protocol cpu
 [ -n "${BIND:-}" ] && export VLLM_CPU_OMP_THREADS_BIND=$BIND
 [ -n "${OMP_THREADS:-}" ] && export OMP_NUM_THREADS=$OMP_THREADS
 
-DLFP_ADMIN_TOKEN=$TOKEN $PY -m gateway serve --port "$PORT" \
-    --engine-arg "pipeline_parallel_size=$PP" > "$OUT/logs/gateway.log" 2>&1 &
-PID=$!
-trap 'kill -TERM $PID 2> /dev/null || true; wait $PID 2> /dev/null || true' EXIT
-trap 'exit 143' TERM
-for _ in $(seq 900); do
-    curl -sf "http://127.0.0.1:$PORT/ready" > /dev/null && break
-    kill -0 "$PID" 2> /dev/null || { tail -30 "$OUT/logs/gateway.log"; exit 1; }
-    sleep 1
-done
+start_gateway gateway --engine-arg "pipeline_parallel_size=$PP"
 curl -sf -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$PORT/admin/dlfp" > "$OUT/logs/admin-dlfp-start.json"
 "${BENCH[@]}" --seeds "$SEEDS" \
     --arm 'off={"controller":"off"}' \

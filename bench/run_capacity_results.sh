@@ -28,39 +28,24 @@ LOAD=${LOAD:-0.45}
 PORT=${PORT:-8100}
 STAGES=${STAGES:-chunks a1 b1 b2 a2 a3 c}
 TOKEN=bench-admin-token
+source bench/lib.sh
 mkdir -p "$OUT/logs"
 lscpu > "$OUT/logs/lscpu.txt"
 TOK=$($PY -c "from engine_worker.embedded_model import ensure_embedded_model as e; print(e())")
 SWEEP=($PY -m gateway bench sweep --base-url "http://127.0.0.1:$PORT" --protocol cpu
        --rates "$RATES" --stop-below 0.9 --num-requests "$NREQ" --calibrate "$LOAD"
        --tokenizer "$TOK" --admin-token "$TOKEN" --results "$OUT")
-PID=
-
-start() {  # start NAME ARGS...: a gateway in the background, waited for until ready
-    local name=$1; shift
-    echo "== $(date +%T) starting $name" >&2
-    DLFP_ADMIN_TOKEN=$TOKEN $PY -m gateway serve --port "$PORT" "$@" >> "$OUT/logs/$name.log" 2>&1 &
-    PID=$!
-    for _ in $(seq 600); do
-        curl -sf "http://127.0.0.1:$PORT/ready" > /dev/null && return
-        kill -0 "$PID" 2> /dev/null || { tail -30 "$OUT/logs/$name.log"; exit 1; }
-        sleep 1
-    done
-    echo "$name did not come up" >&2; exit 1
-}
-stop() { [[ -z $PID ]] || { kill -TERM "$PID" 2> /dev/null || true; wait "$PID" 2> /dev/null || true; PID=; }; }
-trap stop EXIT
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 
 thresholds=()
 if has b1; then thresholds+=(64); fi
 if has b2; then thresholds+=(128 256); fi
 for thr in "${thresholds[@]}"; do
-    start "vllm-thr-$thr" --controller off --engine-arg "long_prefill_token_threshold=$thr"
+    start_gateway "vllm-thr-$thr" --controller off --engine-arg "long_prefill_token_threshold=$thr"
     "${SWEEP[@]}" --seeds 801 --arm "vllm-thr-$thr" --admin-patch '{"controller":"off"}'
-    stop
+    stop_server
 done
-if has chunks || has a1 || has a2 || has a3 || has c; then start gateway; fi
+if has chunks || has a1 || has a2 || has a3 || has c; then start_gateway gateway; fi
 if has chunks && [[ ! -f $OUT/chunks/chunks.json ]]; then
     $PY -m gateway bench chunks --base-url "http://127.0.0.1:$PORT" --admin-token "$TOKEN" \
         --tokenizer "$TOK" --chunks 8,16,32,64,128,256 --prompt-tokens 1500 --results "$OUT/chunks"
@@ -85,6 +70,6 @@ if has c; then
     "${SWEEP[@]}" --seeds 801,802,803 --arm 'off={"controller":"off"}' \
         --arm 'dlfp-ct={"controller":"dlfp-ct"}'
 fi
-stop
+stop_server
 $PY -m gateway bench sweep --rates "$RATES" --protocol cpu --results "$OUT"
 echo "== $(date +%T) done" >&2

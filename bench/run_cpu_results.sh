@@ -14,34 +14,16 @@ NREQ=${NREQ:-30}
 LOAD=${LOAD:-0.45}
 PORT=${PORT:-8100}
 TOKEN=bench-admin-token
+source bench/lib.sh
 mkdir -p "$OUT/logs"
 TOK=$($PY -c "from engine_worker.embedded_model import ensure_embedded_model as e; print(e())")
 BENCH=($PY -m gateway bench --base-url "http://127.0.0.1:$PORT" --protocol cpu
        --num-requests "$NREQ" --calibrate "$LOAD" --tokenizer "$TOK" --admin-token "$TOKEN"
        --results "$OUT")
 
-start() {  # start NAME CMD...: run a server in the background and wait for it to answer
-    local name=$1; shift
-    echo "== $(date +%T) starting $name" >&2
-    "$@" > "$OUT/logs/$name.log" 2>&1 &
-    PID=$!
-    for _ in $(seq 600); do
-        if curl -sf "http://127.0.0.1:$PORT/health" > /dev/null &&
-           curl -sf "http://127.0.0.1:$PORT/v1/models" > /dev/null; then
-            if [[ $name == vllm ]] || curl -sf "http://127.0.0.1:$PORT/ready" > /dev/null; then return; fi
-        fi
-        kill -0 "$PID" 2> /dev/null || { tail -30 "$OUT/logs/$name.log"; exit 1; }
-        sleep 1
-    done
-    echo "$name did not come up" >&2; exit 1
-}
-stop() { kill -TERM "$PID" 2> /dev/null || true; wait "$PID" 2> /dev/null || true; }
-trap stop EXIT
-gateway() { DLFP_ADMIN_TOKEN=$TOKEN exec $PY -m gateway serve --port "$PORT" "$@"; }
-
 # 1. One gateway; the arms switch its controller at runtime (PATCH /admin/dlfp), and a
 #    fresh cache_salt per trial keeps one arm's prompts out of another's prefix cache.
-start gateway gateway
+start_gateway gateway
 "${BENCH[@]}" --seeds "$SEEDS" \
     --arm 'off={"controller":"off"}' \
     --arm 'off-repeat={"controller":"off"}' \
@@ -54,19 +36,19 @@ start gateway gateway
 "${BENCH[@]}" --seeds "$SWEEP_SEED" \
     --arm 'fixed-256={"controller":"fixed","fixed_cap_tokens":256}'
 curl -sf -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$PORT/admin/dlfp/steps" > "$OUT/logs/steps-last.json" || true
-stop
+stop_server
 
 # 2. The baseline a user would pick instead: vLLM's own OpenAI server, same engine settings.
-start vllm $PY -m gateway bench vllm-server --model "$TOK" \
+start_server vllm /v1/models $PY -m gateway bench vllm-server --model "$TOK" \
     --served-model-name smollm2-135m-instruct --port "$PORT"
 "${BENCH[@]}" --seeds "$SEEDS" --arm vllm
-stop
+stop_server
 
 # 3. vLLM's own static knob at the same caps (an engine argument: one start each).
 for thr in 64 128 256; do
-    start "vllm-thr-$thr" gateway --controller off --engine-arg "long_prefill_token_threshold=$thr"
+    start_gateway "vllm-thr-$thr" --controller off --engine-arg "long_prefill_token_threshold=$thr"
     "${BENCH[@]}" --seeds "$SWEEP_SEED" --arm "vllm-thr-$thr" --admin-patch '{"controller":"off"}'
-    stop
+    stop_server
 done
 
 # 4. Paired comparisons over the seeds.

@@ -16,18 +16,12 @@ NREQ=${NREQ:-30}
 LOAD=${LOAD:-0.45}
 PORT=${PORT:-8100}
 TOKEN=bench-admin-token
+source bench/lib.sh
 mkdir -p "$OUT/logs"
 lscpu > "$OUT/logs/lscpu.txt"
 TOK=$($PY -c "from engine_worker.embedded_model import ensure_embedded_model as e; print(e())")
 
-DLFP_ADMIN_TOKEN=$TOKEN $PY -m gateway serve --port "$PORT" > "$OUT/logs/gateway.log" 2>&1 &
-PID=$!
-trap 'kill -TERM $PID 2> /dev/null || true; wait $PID 2> /dev/null || true' EXIT
-for _ in $(seq 600); do
-    curl -sf "http://127.0.0.1:$PORT/ready" > /dev/null && break
-    kill -0 "$PID" 2> /dev/null || { tail -30 "$OUT/logs/gateway.log"; exit 1; }
-    sleep 1
-done
+start_gateway gateway
 $PY -m gateway bench --base-url "http://127.0.0.1:$PORT" --protocol cpu --num-requests "$NREQ" \
     --calibrate "$LOAD" --tokenizer "$TOK" --admin-token "$TOKEN" --results "$OUT" \
     --seeds "$SEEDS" \

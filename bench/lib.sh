@@ -1,0 +1,37 @@
+# Sourced by the bench/run_*.sh scripts: one server at a time in the background, its output
+# appended to $LOGS/NAME.log (default $OUT/logs), waited for until it answers, and stopped
+# when the script exits. Needs PORT and OUT; start_gateway also needs PY and TOKEN.
+# READY_TIMEOUT_S (default 900) bounds the wait for a start.
+SERVER_PID=
+
+start_server() {  # start_server NAME READY_PATH CMD...: run CMD until GET READY_PATH answers
+    local name=$1 path=$2 log
+    shift 2
+    log=${LOGS:-$OUT/logs}/$name.log
+    echo "== $(date +%T) starting $name" >&2
+    "$@" >> "$log" 2>&1 &
+    SERVER_PID=$!
+    for _ in $(seq "${READY_TIMEOUT_S:-900}"); do
+        curl -sf "http://127.0.0.1:$PORT$path" > /dev/null && return 0
+        kill -0 "$SERVER_PID" 2> /dev/null || { tail -30 "$log" >&2; SERVER_PID=; exit 1; }
+        sleep 1
+    done
+    echo "$name did not come up" >&2
+    exit 1
+}
+
+start_gateway() {  # start_gateway NAME SERVE_ARGS...: `gateway serve` on $PORT, admin token $TOKEN
+    local name=$1
+    shift
+    start_server "$name" /ready env DLFP_ADMIN_TOKEN="$TOKEN" "$PY" -m gateway serve --port "$PORT" "$@"
+}
+
+stop_server() {  # stop the running server, if any, and wait for it to exit
+    [[ -z $SERVER_PID ]] && return 0
+    kill -TERM "$SERVER_PID" 2> /dev/null || true
+    wait "$SERVER_PID" 2> /dev/null || true
+    SERVER_PID=
+}
+
+trap stop_server EXIT
+trap 'exit 143' TERM

@@ -1,0 +1,111 @@
+"""The benchmark scripts' shell: every bench/run_*.sh parses, and bench/lib.sh starts a
+server, waits for it, reports a server that dies, and stops it when the script exits.
+
+The server here is Python's static file server (a stand-in for the gateway, which the
+scripts start in the same way): GET /ready answers once a file named `ready` exists.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted((ROOT / "bench").glob("run_*.sh"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _bash(script: str, tmp_path: Path, port: int) -> subprocess.CompletedProcess[str]:
+    """Run SCRIPT in bash with bench/lib.sh sourced, OUT=tmp_path and PORT=port."""
+    preamble = (
+        f"set -euo pipefail\nOUT={tmp_path}\nPORT={port}\nREADY_TIMEOUT_S=20\n"
+        f"mkdir -p $OUT/logs\nsource {ROOT / 'bench' / 'lib.sh'}\n"
+    )
+    return subprocess.run(
+        ["bash", "-c", preamble + script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _alive(pid: int) -> bool:
+    return subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[s.name for s in SCRIPTS])
+def test_script_parses(script: Path) -> None:
+    result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "source bench/lib.sh" in script.read_text(), f"{script.name} does not use lib.sh"
+
+
+def test_start_waits_until_ready_and_exit_stops_the_server(tmp_path: Path) -> None:
+    port = _free_port()
+    site = tmp_path / "site"
+    site.mkdir()
+    # The server comes up at once but answers /ready only after a second, as a gateway does
+    # while its engine starts.
+    script = f"""
+    (sleep 1; touch {site}/ready) &
+    start_server web /ready {sys.executable} -m http.server {port} --bind 127.0.0.1 -d {site}
+    echo "pid=$SERVER_PID"
+    curl -sf http://127.0.0.1:{port}/ready > /dev/null && echo answered
+    """
+    result = _bash(script, tmp_path, port)
+    assert result.returncode == 0, result.stderr
+    assert "answered" in result.stdout
+    assert "starting web" in result.stderr
+    pid = int(result.stdout.split("pid=")[1].split()[0])
+    assert not _alive(pid), "the EXIT trap left the server running"
+    assert (tmp_path / "logs" / "web.log").exists()
+
+
+def test_stop_server_stops_and_is_idempotent(tmp_path: Path) -> None:
+    port = _free_port()
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "ready").touch()
+    script = f"""
+    start_server web /ready {sys.executable} -m http.server {port} --bind 127.0.0.1 -d {site}
+    pid=$SERVER_PID
+    stop_server
+    stop_server
+    kill -0 $pid 2> /dev/null && echo still-running || echo stopped
+    [[ -z $SERVER_PID ]] && echo cleared
+    """
+    result = _bash(script, tmp_path, port)
+    assert result.returncode == 0, result.stderr
+    assert "stopped" in result.stdout
+    assert "cleared" in result.stdout
+
+
+def test_a_server_that_dies_fails_the_script_with_its_log(tmp_path: Path) -> None:
+    port = _free_port()
+    script = """
+    start_server broken /ready bash -c 'echo "engine failed: out of memory"; exit 3'
+    echo "not reached"
+    """
+    result = _bash(script, tmp_path, port)
+    assert result.returncode == 1
+    assert "not reached" not in result.stdout
+    assert "engine failed: out of memory" in result.stderr
+
+
+def test_a_server_that_never_answers_times_out(tmp_path: Path) -> None:
+    port = _free_port()
+    script = "READY_TIMEOUT_S=2\nstart_server mute /ready sleep 30\necho 'not reached'\n"
+    result = _bash(script, tmp_path, port)
+    assert result.returncode == 1
+    assert "mute did not come up" in result.stderr
+    assert "not reached" not in result.stdout
