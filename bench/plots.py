@@ -11,6 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # NOTE: before pyplot; a benchmark host has no display.
 import matplotlib.pyplot as plt
+from matplotlib.colors import to_hex
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from bench.records import Trial, find_trials, read_trial
@@ -113,9 +114,26 @@ def chunk_costs(rows: list[dict[str, Any]], path: Path) -> Path:
     return _save(fig, path)
 
 
+def arm_styles(arms: list[str]) -> dict[str, dict[str, str]]:
+    """A colour and marker per arm, no two arms alike (a sweep has more arms than the
+    default colour cycle's ten): the 20 colours of ``tab20``, dark ones first, then the
+    same colours with another marker."""
+    colours = plt.get_cmap("tab20").colors
+    order = [*range(0, 20, 2), *range(1, 20, 2)]
+    markers = "osD^v"
+    return {
+        arm: {
+            "color": to_hex(colours[order[i % 20]]),
+            "marker": markers[(i // 20) % len(markers)],
+        }
+        for i, arm in enumerate(arms)
+    }
+
+
 def sweep_plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
     """``goodput-vs-rate.png`` and ``latency-vs-rate.png`` (P99 ITL and P99 TTFT) per arm."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    styles = arm_styles(list(summary["arms"]))
+    fig, ax = plt.subplots(figsize=(9, 4.5))
     partial = False
     for arm, entry in summary["arms"].items():
         # The line joins the rates the capacity was judged on (every seed of the arm);
@@ -126,32 +144,34 @@ def sweep_plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
             goodput = [100 * (entry["rates"][r]["slo_attainment"] or 0.0) for r in rates]
             if kind == "judged":
                 label = f"{arm} (capacity {capacity_label(entry)})"
-                (line,) = ax.plot([float(r) for r in rates], goodput, marker="o", label=label)
+                ax.plot([float(r) for r in rates], goodput, label=label, **styles[arm])
             elif rates:
                 partial = True
                 xs = [float(r) for r in rates]
-                ax.plot(xs, goodput, "o", mfc="none", color=line.get_color())
+                ax.plot(xs, goodput, linestyle="none", mfc="none", **styles[arm])
     ax.axhline(90, color="grey", linewidth=0.8, linestyle=":")
     if partial:
         ax.plot([], [], "o", mfc="none", color="grey", label="run at fewer seeds")
     ax.set_xlabel("offered load (request/s, Poisson)")
     ax.set_ylabel("goodput (% of requests within both SLOs)")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.set_title(f"Goodput against load{_host_label(out_dir)}", fontsize="medium")
     written = [_save(fig, out_dir / "goodput-vs-rate.png")]
-    fig, (itl, ttft) = plt.subplots(1, 2, figsize=(11, 4.5))
+    fig, (itl, ttft) = plt.subplots(1, 2, figsize=(13, 4.5))
     for arm, entry in summary["arms"].items():
         rates = sorted(entry["rates"], key=float)
         xs = [float(r) for r in rates]
-        itl.plot(xs, [entry["rates"][r]["itl_p99_ms"] for r in rates], marker="o", label=arm)
-        ttft.plot(xs, [(entry["rates"][r]["ttft_p99_ms"] or 0) / 1000 for r in rates], marker="o")
+        itl.plot(xs, [entry["rates"][r]["itl_p99_ms"] for r in rates], label=arm, **styles[arm])
+        ttft_s = [(entry["rates"][r]["ttft_p99_ms"] or 0) / 1000 for r in rates]
+        ttft.plot(xs, ttft_s, **styles[arm])
     itl.set_ylabel("P99 ITL (ms)")
     ttft.set_ylabel("P99 TTFT (s)")
     for ax in (itl, ttft):
         ax.set_xlabel("offered load (request/s)")
         ax.grid(True, alpha=0.3)
-    itl.legend(fontsize="small")
+    handles, labels = itl.get_legend_handles_labels()
+    ttft.legend(handles, labels, fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.suptitle(f"Tail latency against load{_host_label(out_dir)}", fontsize="medium")
     written.append(_save(fig, out_dir / "latency-vs-rate.png"))
     return written

@@ -6,7 +6,7 @@
 # missed 90%, nor below one where it met it, so most arms run at two or three rates.
 # Resumable: a rerun skips every trial recorded in $OUT, so the stages can be run one at a
 # time (STAGES) and continued in a later session.
-#   bench/run_capacity_results.sh      # OUT=bench/results/cpu-capacity STAGES="chunks a1 b1 b2 a2 a3 c"
+#   bench/run_capacity_results.sh      # OUT=bench/results/cpu-capacity STAGES="chunks a1 b1 b2 a2 a3 c d"
 # Stages, in the order of what the headline needs first:
 #   chunks  the cost of a prefill chunk by size and context (bench chunks), fixed caps 8-256
 #   a1      off, default dlfp-ct, and fixed-32 (seed 801): not in the issue's list, added
@@ -17,6 +17,8 @@
 #   a3      dlfp-ct with FCFS order, and without the feed-forward cap (seed 801), at
 #           A3_RATES only (default 0.2,0.25: default dlfp-ct's bracket), for machine time
 #   c       seeds 802 and 803 for off and default dlfp-ct
+#   d       default dlfp-ct against fixed-32 back to back on one machine state: seeds 802
+#           and 803 at D_RATES (default 0.15), arm order rotated, in $OUT-pair
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -24,9 +26,10 @@ OUT=${OUT:-bench/results/cpu-capacity}
 RATES=${RATES:-0.1,0.15,0.2,0.25,0.35,0.45}
 NREQ=${NREQ:-60}
 A3_RATES=${A3_RATES:-0.2,0.25}
+D_RATES=${D_RATES:-0.15}
 LOAD=${LOAD:-0.45}
 PORT=${PORT:-8100}
-STAGES=${STAGES:-chunks a1 b1 b2 a2 a3 c}
+STAGES=${STAGES:-chunks a1 b1 b2 a2 a3 c d}
 TOKEN=bench-admin-token
 source bench/lib.sh
 mkdir -p "$OUT/logs"
@@ -45,7 +48,7 @@ for thr in "${thresholds[@]}"; do
     "${SWEEP[@]}" --seeds 801 --arm "vllm-thr-$thr" --admin-patch '{"controller":"off"}'
     stop_server
 done
-if has chunks || has a1 || has a2 || has a3 || has c; then start_gateway gateway; fi
+if has chunks || has a1 || has a2 || has a3 || has c || has d; then start_gateway gateway; fi
 if has chunks && [[ ! -f $OUT/chunks/chunks.json ]]; then
     $PY -m gateway bench chunks --base-url "http://127.0.0.1:$PORT" --admin-token "$TOKEN" \
         --tokenizer "$TOK" --chunks 8,16,32,64,128,256 --prompt-tokens 1500 --results "$OUT/chunks"
@@ -69,6 +72,14 @@ fi
 if has c; then
     "${SWEEP[@]}" --seeds 801,802,803 --arm 'off={"controller":"off"}' \
         --arm 'dlfp-ct={"controller":"dlfp-ct"}'
+fi
+if has d; then
+    mkdir -p "$OUT-pair/logs"
+    lscpu > "$OUT-pair/logs/lscpu.txt"
+    [[ -f $OUT-pair/calibration.json ]] || cp "$OUT/calibration.json" "$OUT-pair/"
+    "${SWEEP[@]}" --results "$OUT-pair" --seeds 802,803 --rates "$D_RATES" \
+        --arm 'dlfp-ct={"controller":"dlfp-ct"}' \
+        --arm 'fixed-32={"controller":"fixed","fixed_cap_tokens":32}'
 fi
 stop_server
 $PY -m gateway bench sweep --rates "$RATES" --protocol cpu --results "$OUT"

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from bench.compare import compare_arms, output_agreement, paired_ci, t_quantile_975
-from bench.plots import controller_cap, itl_cdf
+from bench.plots import arm_styles, controller_cap, itl_cdf
 from bench.records import MetricsSample, RequestRecord, Trial, read_trial, trial_path, write_trial
 from bench.stats import SLO, meets_slo, percentile, request_gaps, slo_miss, summarize
 from bench.stream import accounting_error, apply_event, parse_data
@@ -389,3 +389,12 @@ def test_crosscheck_trace_replays_the_schedule(tmp_path: Path) -> None:
     assert sorted(vllm_requests(vllm)) == [0, 2]
     same = same_data_diffs(vllm)
     assert same["itl_p99"] == pytest.approx(0.0) and same["ttft_p50"] == pytest.approx(0.0)
+
+
+def test_arm_styles_tell_every_arm_apart() -> None:
+    # A sweep has more arms than matplotlib's ten default colours (the capacity sweep has
+    # eleven): no two arms may share a colour and a marker.
+    arms = [f"arm-{i}" for i in range(45)]
+    styles = arm_styles(arms)
+    assert len({(s["color"], s["marker"]) for s in styles.values()}) == len(arms)
+    assert len({styles[a]["color"] for a in arms[:20]}) == 20
