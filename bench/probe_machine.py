@@ -18,6 +18,7 @@ import multiprocessing as mp
 import os
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ def _spin() -> None:
         pass
 
 
-def _median_s(fn: Any, repeats: int) -> float:
+def _median_s(fn: Callable[[], object], repeats: int) -> float:
     fn()  # warm
     times = []
     for _ in range(repeats):

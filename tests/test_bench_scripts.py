@@ -7,6 +7,7 @@ scripts start in the same way): GET /ready answers once a file named `ready` exi
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -40,7 +41,11 @@ def _bash(script: str, tmp_path: Path, port: int) -> subprocess.CompletedProcess
 
 
 def _alive(pid: int) -> bool:
-    return subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode == 0
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.name for s in SCRIPTS])
