@@ -34,7 +34,12 @@ from bench.endpoint import bearer
 from bench.stats import ttft_s
 from bench.tokens import TokenCounter
 from bench.workload import RequestSpec, WorkloadConfig, make_prompt
-from engine_worker.cpu_features import cpu_model_name, read_cpu_flags, reported_features
+from engine_worker.cpu_features import (
+    cpu_family_model,
+    cpu_model_name,
+    read_cpu_flags,
+    reported_features,
+)
 
 PROBE_TOKENS = 1500
 PROBE_SEED = 7
@@ -145,6 +150,7 @@ async def write_host(
     flags = read_cpu_flags()
     host: dict[str, Any] = {
         "cpu_model": cpu_model_name(),
+        "cpu_family_model": cpu_family_model(),
         "cpu_features": reported_features(flags),
         "cpu_flags": sorted(flags),
         "machine": platform.machine(),

@@ -26,6 +26,19 @@ start_gateway() {  # start_gateway NAME SERVE_ARGS...: `gateway serve` on $PORT,
     start_server "$name" /ready env DLFP_ADMIN_TOKEN="$TOKEN" "$PY" -m gateway serve --port "$PORT" "$@"
 }
 
+record_cpu() {  # record_cpu DIR: lscpu in DIR/logs/lscpu.txt, never over another CPU's
+    # NOTE: a results folder outlives the machine that began it; a later session on another
+    # CPU resuming into it adds a dated lscpu beside the first rather than replacing it.
+    local logs=$1/logs now
+    mkdir -p "$logs"
+    now=$(lscpu)
+    if [[ ! -f $logs/lscpu.txt ]]; then
+        printf '%s\n' "$now" > "$logs/lscpu.txt"
+    elif [[ $now != "$(cat "$logs/lscpu.txt")" ]]; then
+        printf '%s\n' "$now" > "$logs/lscpu-$(date -u +%Y%m%dT%H%M%SZ).txt"
+    fi
+}
+
 stop_server() {  # stop the running server, if any, and wait for it to exit
     [[ -z $SERVER_PID ]] && return 0
     kill -TERM "$SERVER_PID" 2> /dev/null || true

@@ -178,12 +178,15 @@ def sweep_plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 def _host_label(results_dir: Path) -> str:
-    """`` (CPU model, its features, dtype)`` from ``host.json``, or nothing."""
+    """`` (CPU model and family, its features, dtype)`` from ``host.json``, or nothing."""
     try:
         host = json.loads((results_dir / "host.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return ""
-    parts = [host.get("cpu_model"), "+".join(host.get("cpu_features") or []), host.get("dtype")]
+    model = host.get("cpu_model")
+    if model and host.get("cpu_family_model"):
+        model = f"{model} {host['cpu_family_model']}"
+    parts = [model, "+".join(host.get("cpu_features") or []), host.get("dtype")]
     return f" ({', '.join(str(p) for p in parts if p)})"
 
 

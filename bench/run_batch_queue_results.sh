@@ -25,7 +25,7 @@ PP=${PP:-2}
 TOKEN=bench-admin-token
 source bench/lib.sh
 mkdir -p "$OUT/logs"
-lscpu > "$OUT/logs/lscpu.txt"
+record_cpu "$OUT"
 TOK=$($PY -c "from engine_worker.embedded_model import ensure_embedded_model as e; print(e())")
 BENCH=($PY -m gateway bench --base-url "http://127.0.0.1:$PORT" --protocol cpu
        --num-requests "$NREQ" --rate "$RATE" --max-tokens "$MAXTOK" --long-min-tokens "$LONG_MIN"

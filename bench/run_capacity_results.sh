@@ -17,8 +17,10 @@
 #   a3      dlfp-ct with FCFS order, and without the feed-forward cap (seed 801), at
 #           A3_RATES only (default 0.2,0.25: default dlfp-ct's bracket), for machine time
 #   c       seeds 802 and 803 for off and default dlfp-ct
-#   d       default dlfp-ct against fixed-32 back to back on one machine state: seeds 802
-#           and 803 at D_RATES (default 0.15), arm order rotated, in $OUT-pair
+#   d       default dlfp-ct against fixed caps of D_FIXED tokens (default 32) back to back on
+#           one machine state: D_SEEDS (default 802,803) at D_RATES (default 0.15), arm order
+#           rotated by seed and rate, in PAIR_OUT (default $OUT-pair), with $OUT's
+#           calibration (the same prompts)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -27,18 +29,22 @@ RATES=${RATES:-0.1,0.15,0.2,0.25,0.35,0.45}
 NREQ=${NREQ:-60}
 A3_RATES=${A3_RATES:-0.2,0.25}
 D_RATES=${D_RATES:-0.15}
+D_SEEDS=${D_SEEDS:-802,803}
+D_FIXED=${D_FIXED:-32}
+PAIR_OUT=${PAIR_OUT:-$OUT-pair}
 LOAD=${LOAD:-0.45}
 PORT=${PORT:-8100}
 STAGES=${STAGES:-chunks a1 b1 b2 a2 a3 c d}
 TOKEN=bench-admin-token
 source bench/lib.sh
-mkdir -p "$OUT/logs"
-lscpu > "$OUT/logs/lscpu.txt"
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+# Only stage d writes elsewhere ($PAIR_OUT): leave $OUT alone when it is all that runs.
+if [[ -n ${STAGES// /} && ${STAGES// /} != d ]]; then touches_out=1; else touches_out=; fi
+if [[ -n $touches_out ]]; then record_cpu "$OUT"; else LOGS=$PAIR_OUT/logs; fi
 TOK=$($PY -c "from engine_worker.embedded_model import ensure_embedded_model as e; print(e())")
 SWEEP=($PY -m gateway bench sweep --base-url "http://127.0.0.1:$PORT" --protocol cpu
        --rates "$RATES" --stop-below 0.9 --num-requests "$NREQ" --calibrate "$LOAD"
        --tokenizer "$TOK" --admin-token "$TOKEN" --results "$OUT")
-has() { [[ " $STAGES " == *" $1 "* ]]; }
 
 thresholds=()
 if has b1; then thresholds+=(64); fi
@@ -74,13 +80,16 @@ if has c; then
         --arm 'dlfp-ct={"controller":"dlfp-ct"}'
 fi
 if has d; then
-    mkdir -p "$OUT-pair/logs"
-    lscpu > "$OUT-pair/logs/lscpu.txt"
-    [[ -f $OUT-pair/calibration.json ]] || cp "$OUT/calibration.json" "$OUT-pair/"
-    "${SWEEP[@]}" --results "$OUT-pair" --seeds 802,803 --rates "$D_RATES" \
-        --arm 'dlfp-ct={"controller":"dlfp-ct"}' \
-        --arm 'fixed-32={"controller":"fixed","fixed_cap_tokens":32}'
+    record_cpu "$PAIR_OUT"
+    [[ -f $PAIR_OUT/calibration.json ]] || cp "$OUT/calibration.json" "$PAIR_OUT/"
+    d_arms=(--arm 'dlfp-ct={"controller":"dlfp-ct"}')
+    for cap in ${D_FIXED//,/ }; do
+        d_arms+=(--arm "fixed-$cap={\"controller\":\"fixed\",\"fixed_cap_tokens\":$cap}")
+    done
+    "${SWEEP[@]}" --results "$PAIR_OUT" --seeds "$D_SEEDS" --rates "$D_RATES" "${d_arms[@]}"
 fi
 stop_server
-$PY -m gateway bench sweep --rates "$RATES" --protocol cpu --results "$OUT"
+if [[ -n $touches_out ]]; then
+    $PY -m gateway bench sweep --rates "$RATES" --protocol cpu --results "$OUT"
+fi
 echo "== $(date +%T) done" >&2

@@ -31,7 +31,7 @@ import httpx
 
 from bench.calibrate import calibrated_workload, write_host
 from bench.endpoint import wait_ready
-from bench.loadgen import Arm, RunConfig, baseline_settings, run_all
+from bench.loadgen import Arm, RunConfig, baseline_settings, rotated, run_all
 from bench.records import find_trials, read_trial
 from bench.stats import SLO, summarize
 from bench.tokens import TokenCounter
@@ -128,7 +128,10 @@ async def run_sweep(
     slo: SLO,
     stop_below: float | None = None,
 ) -> None:
-    """Calibrate once (long-prompt lengths only: the rates are the sweep's), then each rate."""
+    """Calibrate once (long-prompt lengths only: the rates are the sweep's), then each rate.
+
+    The arm order rotates by one per rate, on top of run_all's rotation per seed.
+    """
     workload = run.workload
     async with httpx.AsyncClient(timeout=run.client.request_timeout_s) as http:
         await wait_ready(http, run.client.base_url, run.client.api_key, run.ready_timeout_s)
@@ -150,10 +153,12 @@ async def run_sweep(
         )
         if not arms:
             continue
+        # NOTE: run_all rotates the arms per seed; rotating per rate as well keeps a
+        # one-seed sweep from running the same arm first (or after the same one) at every rate.
         await run_all(
             replace(
                 run,
-                arms=arms,
+                arms=rotated(arms, number - 1),
                 results_dir=rate_dir(run.results_dir, rate),
                 workload=replace(workload, rate_rps=rate),
                 calibrate_fraction=None,

@@ -20,29 +20,33 @@ REPORTED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile
 """The flags worth reporting beside a figure (``lscpu`` shows them all)."""
 
 
-def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
-    """The ``flags`` of the first processor in ``/proc/cpuinfo`` (empty where unreadable)."""
+def _cpuinfo_field(field: str, cpuinfo: Path) -> str | None:
+    """The first processor's ``field`` in ``/proc/cpuinfo`` (None where absent or unreadable)."""
     try:
         text = cpuinfo.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return frozenset()
+        return None
     for line in text.splitlines():
         name, _, value = line.partition(":")
-        if name.strip() == "flags":
-            return frozenset(value.split())
-    return frozenset()
+        if name.strip() == field:
+            return value.strip()
+    return None
+
+
+def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The ``flags`` of the first processor in ``/proc/cpuinfo`` (empty where unreadable)."""
+    return frozenset((_cpuinfo_field("flags", cpuinfo) or "").split())
 
 
 def cpu_model_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    try:
-        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return "unknown"
-    for line in text.splitlines():
-        name, _, value = line.partition(":")
-        if name.strip() == "model name":
-            return value.strip()
-    return "unknown"
+    return _cpuinfo_field("model name", cpuinfo) or "unknown"
+
+
+def cpu_family_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """``family F, model M``: tells apart CPUs that share a model name (AMD EPYC Zen 2, Zen 3)."""
+    family = _cpuinfo_field("cpu family", cpuinfo) or "?"
+    model = _cpuinfo_field("model", cpuinfo) or "?"
+    return f"family {family}, model {model}"
 
 
 def has_native_bf16(flags: frozenset[str]) -> bool:

@@ -29,6 +29,7 @@ from engine_worker.api import (
     TokenLogprob,
 )
 from engine_worker.cpu_features import (
+    cpu_family_model,
     cpu_model_name,
     read_cpu_flags,
     reported_features,
@@ -371,6 +372,7 @@ class VLLMEngine:
                 "dtype_requested": requested,
                 "dtype": self.spec.dtype,
                 "cpu_model": cpu_model_name(),
+                "cpu_family_model": cpu_family_model(),
                 "cpu_features": features,
             },
         )

@@ -374,6 +374,8 @@ def test_sweep_runs_each_rate_and_reports_capacity(
     ]
     assert gateway_main(args) == 0
     assert sorted(p.name for p in tmp_path.glob("rate-*")) == ["rate-20", "rate-40"]
+    # Rates run lowest first; the arm order rotates by one per rate (one seed here).
+    assert [p["controller"] for p in fake_server.patches] == ["off", "dlfp-ct", "dlfp-ct", "off"]
     summary = json.loads((tmp_path / "summary.json").read_text())
     for arm in ("off", "dlfp-ct"):
         entry = summary["arms"][arm]

@@ -1,5 +1,6 @@
 """The benchmark scripts' shell: every bench/run_*.sh parses, and bench/lib.sh starts a
-server, waits for it, reports a server that dies, and stops it when the script exits.
+server, waits for it, reports a server that dies, stops it when the script exits, and
+records the CPU without overwriting the record of another.
 
 The server here is Python's static file server (a stand-in for the gateway, which the
 scripts start in the same way): GET /ready answers once a file named `ready` exists.
@@ -114,3 +115,27 @@ def test_a_server_that_never_answers_times_out(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "mute did not come up" in result.stderr
     assert "not reached" not in result.stdout
+
+
+def test_record_cpu_never_overwrites_another_cpus_lscpu(tmp_path: Path) -> None:
+    # A fake lscpu on PATH prints whatever $CPU holds: a results folder begun on one CPU and
+    # resumed on another.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "lscpu"
+    fake.write_text('#!/bin/sh\necho "Model name: $CPU"\n')
+    fake.chmod(0o755)
+    out = tmp_path / "results"
+    script = f"""
+    export PATH={bin_dir}:$PATH
+    CPU='EPYC family 25' record_cpu {out}
+    CPU='EPYC family 25' record_cpu {out}
+    CPU='EPYC family 23' record_cpu {out}
+    """
+    result = _bash(script, tmp_path, _free_port())
+    assert result.returncode == 0, result.stderr
+    logs = out / "logs"
+    assert (logs / "lscpu.txt").read_text() == "Model name: EPYC family 25\n"
+    dated = sorted(logs.glob("lscpu-*.txt"))
+    assert len(dated) == 1, "the same CPU again must not add a file"
+    assert dated[0].read_text() == "Model name: EPYC family 23\n"

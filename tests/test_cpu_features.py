@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from engine_worker.cpu_features import read_cpu_flags, reported_features, resolve_dtype
+from engine_worker.cpu_features import (
+    cpu_family_model,
+    cpu_model_name,
+    read_cpu_flags,
+    reported_features,
+    resolve_dtype,
+)
 
 AVX512_BF16 = frozenset({"avx2", "fma", "avx512f", "avx512_bf16"})
 AMX = frozenset({"avx2", "fma", "avx512f", "amx_bf16", "amx_tile"})
@@ -39,3 +45,14 @@ def test_flags_read_from_cpuinfo(tmp_path: Path) -> None:
     assert {"avx2", "fma"} <= flags and "avx512f" not in flags
     assert reported_features(flags) == ["avx2", "fma"]
     assert read_cpu_flags(tmp_path / "missing") == frozenset()
+
+
+def test_family_and_model_tell_apart_cpus_with_one_name(tmp_path: Path) -> None:
+    zen2 = tmp_path / "zen2"
+    zen2.write_text("processor\t: 0\ncpu family\t: 23\nmodel\t\t: 49\nmodel name\t: AMD EPYC\n\n")
+    zen3 = tmp_path / "zen3"
+    zen3.write_text("processor\t: 0\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n\n")
+    assert cpu_model_name(zen2) == cpu_model_name(zen3) == "AMD EPYC"
+    assert cpu_family_model(zen2) == "family 23, model 49"
+    assert cpu_family_model(zen3) == "family 25, model 1"
+    assert cpu_family_model(tmp_path / "missing") == "family ?, model ?"
