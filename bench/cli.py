@@ -60,6 +60,7 @@ def run_config_from(args: argparse.Namespace) -> RunConfig:
         ready_timeout_s=args.ready_timeout_s,
         use_cache_salt=not args.no_cache_salt,
         force=args.force,
+        rotation=args.rotate,
         calibrate_fraction=args.calibrate,
     )
 

@@ -54,6 +54,8 @@ class RunConfig:
     use_cache_salt: bool = True
     force: bool = False
     """Rerun trials that are already recorded."""
+    rotation: int = 0
+    """The arm order's rotation before the first seed (run_all adds one per seed)."""
     calibrate_fraction: float | None = None
     """Scale the long prompts to this share of the measured prefill throughput."""
     baseline_settings: dict[str, Any] | None = None
@@ -197,7 +199,7 @@ def rotated(arms: tuple[Arm, ...], by: int) -> tuple[Arm, ...]:
 async def run_all(run: RunConfig, counter: TokenCounter) -> list[Path]:
     """Every (seed, arm) trial not yet recorded, seed by seed (arms interleaved).
 
-    The arm order rotates by one per seed, so that no arm always runs first
+    The arm order rotates by one per seed, from ``run.rotation``, so that no arm always runs first
     (on a cold machine) or right after the same neighbour.
     """
     written: list[Path] = []
@@ -215,7 +217,7 @@ async def run_all(run: RunConfig, counter: TokenCounter) -> list[Path]:
             run = replace(run, workload=workload)
         for seed_index, seed in enumerate(run.seeds):
             specs: list[RequestSpec] | None = None
-            for arm in rotated(run.arms, seed_index):
+            for arm in rotated(run.arms, run.rotation + seed_index):
                 path = trial_path(run.results_dir, arm.name, seed)
                 if path.exists() and not run.force:
                     print(f"[{arm.name} seed {seed}] recorded in {path}; skipped", file=sys.stderr)

@@ -141,6 +141,14 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--force", action="store_true", help="rerun trials already recorded")
     p.add_argument(
+        "--rotate",
+        type=int,
+        default=0,
+        metavar="N",
+        help="start the arm order rotated by N (it rotates by one per seed, and per rate in a "
+        "sweep); for a run resumed at another rate, so its first arm is not the last run's",
+    )
+    p.add_argument(
         "--calibrate",
         type=float,
         metavar="FRACTION",

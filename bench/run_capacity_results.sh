@@ -19,8 +19,8 @@
 #   c       seeds 802 and 803 for off and default dlfp-ct
 #   d       default dlfp-ct against fixed caps of D_FIXED tokens (default 32) back to back on
 #           one machine state: D_SEEDS (default 802,803) at D_RATES (default 0.15), arm order
-#           rotated by seed and rate, in PAIR_OUT (default $OUT-pair), with $OUT's
-#           calibration (the same prompts)
+#           rotated by seed and rate (from D_ROTATE, default 0), in PAIR_OUT (default
+#           $OUT-pair), with $OUT's calibration (the same prompts)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -31,6 +31,7 @@ A3_RATES=${A3_RATES:-0.2,0.25}
 D_RATES=${D_RATES:-0.15}
 D_SEEDS=${D_SEEDS:-802,803}
 D_FIXED=${D_FIXED:-32}
+D_ROTATE=${D_ROTATE:-0}
 PAIR_OUT=${PAIR_OUT:-$OUT-pair}
 LOAD=${LOAD:-0.45}
 PORT=${PORT:-8100}
@@ -86,7 +87,8 @@ if has d; then
     for cap in ${D_FIXED//,/ }; do
         d_arms+=(--arm "fixed-$cap={\"controller\":\"fixed\",\"fixed_cap_tokens\":$cap}")
     done
-    "${SWEEP[@]}" --results "$PAIR_OUT" --seeds "$D_SEEDS" --rates "$D_RATES" "${d_arms[@]}"
+    "${SWEEP[@]}" --results "$PAIR_OUT" --seeds "$D_SEEDS" --rates "$D_RATES" \
+        --rotate "$D_ROTATE" "${d_arms[@]}"
 fi
 stop_server
 if [[ -n $touches_out ]]; then

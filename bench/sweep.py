@@ -31,7 +31,7 @@ import httpx
 
 from bench.calibrate import calibrated_workload, write_host
 from bench.endpoint import wait_ready
-from bench.loadgen import Arm, RunConfig, baseline_settings, rotated, run_all
+from bench.loadgen import Arm, RunConfig, baseline_settings, run_all
 from bench.records import find_trials, read_trial
 from bench.stats import SLO, summarize
 from bench.tokens import TokenCounter
@@ -158,7 +158,8 @@ async def run_sweep(
         await run_all(
             replace(
                 run,
-                arms=rotated(arms, number - 1),
+                arms=arms,
+                rotation=run.rotation + number - 1,
                 results_dir=rate_dir(run.results_dir, rate),
                 workload=replace(workload, rate_rps=rate),
                 calibrate_fraction=None,

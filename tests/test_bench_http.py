@@ -393,6 +393,10 @@ def test_sweep_runs_each_rate_and_reports_capacity(
     table = capsys.readouterr().out
     assert "| off | >= 40 | 20 | 4 | 100% | 0 / 0 / 0 / 0 |" in table
     assert "|  |  | 40 | 4 | 100% | 0 / 0 / 0 / 0 |" in table
+    # A run resumed at a new rate with --rotate 1 starts with the other arm.
+    num_patches = len(fake_server.patches)
+    assert gateway_main([*args, "--rates", "10", "--rotate", "1"]) == 0
+    assert [p["controller"] for p in fake_server.patches[num_patches:]] == ["dlfp-ct", "off"]
 
 
 def test_sweep_stop_below_skips_an_arm_at_higher_rates_once_it_misses(
