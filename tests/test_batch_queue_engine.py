@@ -161,7 +161,9 @@ def test_controllers_cap_mixed_steps_under_the_queue(runs: dict[str, dict[str, A
     for name in ("dlfp-ct", "dlfp-ct-ff", "dlfp"):
         run = runs[name]
         mixed = [s for s in run["steps"] if s["is_mixed"]]
-        assert len(mixed) > 10, name
+        # NOTE: how many steps are mixed depends on timing (9 to a few dozen seen on a 2-core
+        # CI machine); the bound only keeps the checks below from passing on no mixed steps.
+        assert len(mixed) >= 5, name
         assert run["after"]["num_updates"] > run["before"]["num_updates"], name
         assert all(s["cap_tokens"] is not None for s in mixed), name
 
