@@ -24,7 +24,6 @@ PORT=${PORT:-8300}
 PP=${PP:-2}
 TOKEN=bench-admin-token
 source bench/lib.sh
-mkdir -p "$OUT/logs"
 record_cpu "$OUT"
 TOK=$($PY -c "from engine_worker.embedded_model import ensure_embedded_model as e; print(e())")
 BENCH=($PY -m gateway bench --base-url "http://127.0.0.1:$PORT" --protocol cpu

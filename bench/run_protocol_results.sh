@@ -15,7 +15,6 @@ LOAD=${LOAD:-0.45}
 PORT=${PORT:-8100}
 TOKEN=bench-admin-token
 source bench/lib.sh
-mkdir -p "$OUT/logs"
 record_cpu "$OUT"
 if [[ -n ${CALIBRATION:-} && ! -f $OUT/calibration.json ]]; then cp "$CALIBRATION" "$OUT/"; fi
 TOK=$($PY -c "from engine_worker.embedded_model import ensure_embedded_model as e; print(e())")

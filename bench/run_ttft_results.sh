@@ -17,7 +17,6 @@ LOAD=${LOAD:-0.45}
 PORT=${PORT:-8100}
 TOKEN=bench-admin-token
 source bench/lib.sh
-mkdir -p "$OUT/logs"
 record_cpu "$OUT"
 TOK=$($PY -c "from engine_worker.embedded_model import ensure_embedded_model as e; print(e())")
 
