@@ -131,6 +131,9 @@ def gateway_server(tiny_model_dir: Path) -> Iterator[Server]:
         {
             "DLFP_MODEL": str(tiny_model_dir),
             "DLFP_SERVED_MODEL_NAME": TINY_MODEL_NAME,
+            # NOTE: pinned, not ``auto``: outputs are compared across chunk sizes and
+            # controllers, and are identical only in float32 (in bf16, as ``auto`` gives on
+            # CPUs with AMX, vLLM's CPU kernels round differently per chunk size).
             "DLFP_DTYPE": "float32",
             "DLFP_DEVICE": "cpu",
             "DLFP_MAX_MODEL_LEN": "4096",

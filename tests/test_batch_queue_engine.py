@@ -40,6 +40,7 @@ def pp_server(tiny_model_dir: Path) -> Iterator[Server]:
         {
             "DLFP_MODEL": str(tiny_model_dir),
             "DLFP_SERVED_MODEL_NAME": TINY_MODEL_NAME,
+            # Pinned: outputs are compared with ``off``'s token for token (float32 only).
             "DLFP_DTYPE": "float32",
             "DLFP_DEVICE": "cpu",
             "DLFP_MAX_MODEL_LEN": "4096",

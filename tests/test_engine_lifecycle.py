@@ -29,6 +29,7 @@ def _own_server(name: str, model_dir: Path, **env: str) -> Server:
         {
             "DLFP_MODEL": str(model_dir),
             "DLFP_SERVED_MODEL_NAME": TINY_MODEL_NAME,
+            # The lifecycle does not depend on numerics; float32 is the session gateway's.
             "DLFP_DTYPE": "float32",
             "DLFP_DEVICE": "cpu",
             "DLFP_KV_CACHE_GIB": "1",
