@@ -483,12 +483,30 @@ class VLLMEngine:
         try:
             params = _sampling_params(options)
             collector = await llm.add_request(request_id, prompt, params, priority=priority)
-        except VLLMEngineDead as exc:
-            raise EngineDeadError(str(exc)) from exc
-        except (ValueError, TypeError, VLLMClientError) as exc:
-            # vLLM's own input checks (token ids out of vocabulary, bad schema, ...).
-            raise InvalidRequestError(str(exc)) from exc
+        except BaseException as exc:
+            # NOTE: vLLM registers the request in its output processor before it sends it
+            # to the engine core; a failure after that (msgspec refusing a field, a
+            # cancel) would keep its prompt and detokenizer state for good. Aborting an
+            # id vLLM never registered is a no-op, so every failure aborts.
+            await self._abort_after_failed_submit(request_id)
+            if isinstance(exc, VLLMEngineDead):
+                raise EngineDeadError(str(exc)) from exc
+            if isinstance(exc, ValueError | TypeError | VLLMClientError):
+                # vLLM's own input checks (token ids out of vocabulary, bad schema, ...).
+                raise InvalidRequestError(str(exc)) from exc
+            raise
         return self._stream(collector)
+
+    async def _abort_after_failed_submit(self, request_id: str) -> None:
+        if self.is_dead:
+            return
+        try:
+            await asyncio.shield(self._llm.abort(request_id))
+        except Exception:
+            logger.exception(
+                "abort after a failed submit failed",
+                extra={"event": "submit_abort_failed", "request_id": request_id},
+            )
 
     async def _stream(self, collector: Any) -> AsyncIterator[GenerationChunk]:
         from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDead

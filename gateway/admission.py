@@ -85,6 +85,21 @@ class Ticket:
             self._admission._prefill_done(self)
 
 
+@dataclass
+class Reservation:
+    """A request between the cheap checks and ``slot()``: templated and tokenized, but
+    neither streaming nor queued yet. It counts against the queue's room until
+    ``slot()`` takes it over or it is released."""
+
+    _admission: Admission
+    _held: bool = True
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._admission._num_reserved -= 1
+
+
 class _Rate:
     """Work per busy second, as an exponentially weighted average."""
 
@@ -117,6 +132,7 @@ class Admission:
         self._queue: list[_Waiter] = []
         self._seq = itertools.count()
         self._pending_prefill = 0
+        self._num_reserved = 0
         self.ttft_estimate = TTFTEstimate()
         self._last_release: float | None = None
         self.service_rate = _Rate()
@@ -129,6 +145,21 @@ class Admission:
     @property
     def num_queued(self) -> int:
         return len(self._queue)
+
+    @property
+    def num_reserved(self) -> int:
+        """Requests past the cheap checks, still being templated or tokenized."""
+        return self._num_reserved
+
+    def reserve(self) -> Reservation:
+        """The cheap refusals, then a place held until ``slot(reservation=...)``.
+
+        NOTE: without it every request of a burst passes ``check_capacity`` (none is
+        queued until it reaches ``slot()``) and is tokenized before ``queue_full`` fires.
+        """
+        self.check_capacity()
+        self._num_reserved += 1
+        return Reservation(self)
 
     def retry_after_s(self) -> int:
         """Seconds until the queue ahead has likely drained, from the observed service rate."""
@@ -152,10 +183,17 @@ class Admission:
 
     @asynccontextmanager
     async def slot(
-        self, prefill_tokens: int, priority: int = 0, ttft_slo_s: float | None = None
+        self,
+        prefill_tokens: int,
+        priority: int = 0,
+        ttft_slo_s: float | None = None,
+        reservation: Reservation | None = None,
     ) -> AsyncIterator[Ticket]:
         """Hold a stream slot for the body of the ``async with``."""
         arrival = self._clock()
+        if reservation is not None:
+            # Taken over here, in the same step that queues or admits the request.
+            reservation.release()
         self._check_admissible(prefill_tokens, priority, ttft_slo_s)
         if self._active < self.limits.max_concurrent and not self._queue:
             self._active += 1
@@ -188,15 +226,20 @@ class Admission:
                 )
 
     def check_capacity(self) -> None:
-        """The cheap refusals (draining, concurrency, queue full), before any tokenizing."""
+        """The cheap refusals (draining, concurrency, queue full), before any tokenizing.
+
+        Reserved requests count as if queued: each will take a slot or a queue place.
+        """
         if self.draining:
             raise AdmissionRejected(
                 "draining", "the gateway is shutting down", self.retry_after_s()
             )
-        if self._active >= self.limits.max_concurrent or self._queue:
+        occupied = self._active + len(self._queue) + self._num_reserved
+        if occupied >= self.limits.max_concurrent or self._queue:
             if self.limits.max_queue == 0:
                 raise AdmissionRejected("concurrency", "all streams are busy", self.retry_after_s())
-            if len(self._queue) >= self.limits.max_queue:
+            waiting = occupied - self.limits.max_concurrent
+            if max(len(self._queue), waiting) >= self.limits.max_queue:
                 raise AdmissionRejected(
                     "queue_full", "the wait queue is full", self.retry_after_s()
                 )

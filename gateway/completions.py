@@ -3,7 +3,8 @@
 ``Completions.run(input)`` takes a schema-valid OpenAI body through:
 
 1. the cheap checks: readiness and draining, the right to a priority below 0, the
-   model, the concurrency and queue-full refusals, a prompt too long by its size alone;
+   model, the concurrency and queue-full refusals (a reservation then counts the
+   request until admission takes it), a prompt too long by its size alone;
 2. templating and tokenizing, off the event loop (a body may be 1 MiB);
 3. admission, whose SLO check needs the token count, raced against the client leaving;
 4. submission under the gateway's own unique id (``X-Request-Id`` is only echoed
@@ -29,7 +30,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 
 from engine_worker.api import ChoiceDelta, EngineDeadError
-from gateway.admission import AdmissionRejected, ClientDisconnected, Ticket
+from gateway.admission import AdmissionRejected, ClientDisconnected, Reservation, Ticket
 from gateway.auth import bearer_token, key_matches
 from gateway.errors import APIError, outcome_of
 from gateway.measured_stream import MeasuredStream
@@ -65,12 +66,15 @@ class Completions:
         gateway.check_serving()
         priority = self._priority(given.body.priority)
         given.check(engine)
-        gateway.admission.check_capacity()
-        given.check_size(engine)
-        prompt_ids = await asyncio.to_thread(given.prompt_ids, engine)
-        options = given.options(len(prompt_ids), engine, gateway.settings.max_tokens_limit)
-        stack = AsyncExitStack()
-        ticket = await self._admit(len(prompt_ids), priority, stack)
+        reservation = gateway.admission.reserve()
+        try:
+            given.check_size(engine)
+            prompt_ids = await asyncio.to_thread(given.prompt_ids, engine)
+            options = given.options(len(prompt_ids), engine, gateway.settings.max_tokens_limit)
+            stack = AsyncExitStack()
+            ticket = await self._admit(len(prompt_ids), priority, stack, reservation)
+        finally:
+            reservation.release()
         completion_id = f"{given.id_prefix}-{uuid.uuid4().hex}"
         stream = MeasuredStream(
             gateway, given.endpoint, completion_id, self.request.state.arrival_s, ticket, stack
@@ -104,13 +108,20 @@ class Completions:
             )
         return value
 
-    async def _admit(self, num_prompt_tokens: int, priority: int, stack: AsyncExitStack) -> Ticket:
+    async def _admit(
+        self,
+        num_prompt_tokens: int,
+        priority: int,
+        stack: AsyncExitStack,
+        reservation: Reservation,
+    ) -> Ticket:
         """Wait for a slot, unless the client leaves first (then the slot is never taken)."""
         gateway = self.gateway
         slot = gateway.admission.slot(
             prefill_tokens=num_prompt_tokens,
             priority=priority,
             ttft_slo_s=gateway.dlfp.ttft_slo_ms / 1000,
+            reservation=reservation,
         )
         gateway.metrics.queued_requests.inc()
         acquire = asyncio.ensure_future(stack.enter_async_context(slot))

@@ -100,14 +100,6 @@ def _strict(tool: dict[str, Any]) -> dict[str, Any]:
     return tool | {"function": function | {"strict": function.get("strict", True)}}
 
 
-def _check_text(text: str, param: str) -> None:
-    """A lone surrogate (legal in JSON, not in UTF-8) cannot be tokenized."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise APIError(400, f"the text is not valid Unicode: {exc.reason}", param=param) from exc
-
-
 BodyT = TypeVar("BodyT", ChatCompletionRequest, CompletionRequest)
 
 
@@ -212,8 +204,6 @@ class ChatInput(_Input[ChatCompletionRequest]):
             if (j := message.refused_part()) is not None:
                 param = f"messages.{i}.content.{j}"
                 raise APIError(400, "only text content parts are supported", param=param)
-        for rendered in self.messages:
-            _check_text(rendered["content"], "messages")
         names = {t.function.name for t in body.tools or []}
         choice = body.tool_choice
         if choice is not None and choice != "none" and not body.tools:
@@ -280,9 +270,8 @@ class CompletionInput(_Input[CompletionRequest]):
             raise APIError(400, "batched prompts are not supported; send one", param="prompt")
         if self.body.echo:
             raise APIError(400, "echo is not supported", param="echo")
-        if isinstance(self.prompt, str):
-            _check_text(self.prompt, "prompt")
-        elif any(t < 0 for t in self.prompt):
+        # Text was checked with the body (``protocol.check_text``).
+        if not isinstance(self.prompt, str) and any(t < 0 for t in self.prompt):
             raise APIError(400, "token ids must be non-negative", param="prompt")
 
     def prompt_bytes(self) -> int:

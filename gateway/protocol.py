@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
+from gateway.errors import APIError
+
 MAX_N = 8
 MAX_STOP = 4
 MAX_TOP_LOGPROBS = 20
@@ -82,6 +84,48 @@ def _unset_dropped(data: Any, ignored: frozenset[str] = frozenset()) -> Any:
     return {k: v for k, v in data.items() if v is not None and k not in ignored}
 
 
+def check_text(data: Any) -> None:
+    """The one text check: every string of a body, keys included, must be valid Unicode.
+
+    JSON may carry a lone surrogate (``"\\ud800"``) that no UTF-8 encoder accepts: the
+    tokenizer, vLLM's msgspec encoding and the error renderer would each fail on it, the
+    last two after the engine registered the request. So it is refused before the body is
+    validated, with its JSON path as ``param``; the message never echoes the text.
+    Iterative, so that no nesting depth can overflow the stack.
+    """
+    pending: list[tuple[Any, str]] = [(data, "")]
+    while pending:
+        value, path = pending.pop()
+        if isinstance(value, str):
+            if not _is_unicode(value):
+                raise APIError(
+                    400,
+                    f"{path or 'the body'}: the text is not valid Unicode (a lone surrogate)",
+                    param=path or None,
+                    code="invalid_value",
+                )
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                child = f"{path}.{key}" if path else str(key)
+                if isinstance(key, str) and not _is_unicode(key):
+                    child = f"{path}.<key>" if path else "<key>"
+                    pending.append((key, child))
+                    continue
+                pending.append((item, child))
+        elif isinstance(value, list | tuple):
+            pending.extend(
+                (item, f"{path}.{i}" if path else str(i)) for i, item in enumerate(value)
+            )
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class _Request(BaseModel):
     # An unknown field is a 400 naming it (errors.py words the message).
     model_config = ConfigDict(extra="forbid")
@@ -89,6 +133,9 @@ class _Request(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _drop_unset(cls, data: Any) -> Any:
+        # NOTE: first, on the raw body: a message that quotes a lone surrogate (pydantic's
+        # own errors do) cannot be rendered, so no later check may see one.
+        check_text(data)
         return _unset_dropped(data, IGNORED_FIELDS)
 
 
