@@ -181,12 +181,17 @@ class Completions:
             error = APIError(503, "the gateway is shutting down", code="engine_unavailable")
             return [event(error.body()), DONE]
 
+        def on_stalled() -> None:
+            stream.outcome = "client_stalled"
+
         return sse_response(
             _events(stream, fmt),
             self.gateway.keepalive_s,
             on_close=stream.aclose,
             cut=self.gateway.streams_cut,
             on_cut=on_cut,
+            write_timeout_s=self.gateway.settings.stream_write_timeout_s,
+            on_stalled=on_stalled,
         )
 
 

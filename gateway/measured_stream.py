@@ -37,7 +37,8 @@ class MeasuredStream:
         self.endpoint = endpoint
         self.completion_id = completion_id
         self.outcome = "aborted"
-        """ok, aborted (the client left) or server_error; set before ``aclose()``."""
+        """ok, aborted (the client left), client_stalled (it stopped reading) or
+        server_error; set before ``aclose()``."""
         self.num_prompt_tokens = 0
         self._arrival_s = arrival_s
         self._ticket = ticket

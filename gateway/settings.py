@@ -143,6 +143,11 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
     # --- lifecycle (the admission limits are copied from AdmissionLimits) ---
     drain_s: float = Field(default=30.0, ge=0)
     """On SIGTERM: how long streams in flight may run before the engine stops."""
+    stream_write_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    """A stream whose socket write makes no progress for this long (a client that stopped
+    reading) is ended: its engine request aborted, its slot freed (outcome client_stalled).
+    A write waits for uvicorn's buffer to drain by 48 KB, so a reader slower than 48 KB
+    in this time counts as stalled."""
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     """vLLM's scheduling policy; with priority, a request's priority also orders the engine."""
 

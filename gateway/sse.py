@@ -6,6 +6,11 @@ an OpenAI error event and ``[DONE]``. While no event is ready (a prompt waiting 
 its first token can wait tens of seconds on a CPU), a comment line keeps proxies
 and clients from timing the connection out. When ``cut`` is set (the drain
 deadline), the stream stops at once with the events ``on_cut`` returns.
+
+A client that stops reading blocks the server's socket write (uvicorn waits for its
+buffer to drain, with no deadline). A write that has not completed after
+``write_timeout_s``, or that is still blocked when ``cut`` is set, ends the response:
+``on_stalled`` runs, then ``on_close`` frees what the stream held.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ from typing import Any
 
 import anyio
 from fastapi.sse import EventSourceResponse, format_sse_event
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 DONE = format_sse_event(data_str="[DONE]")
+_CUT_WRITE_S = 1.0
+"""After the drain deadline, how long a blocked write may still take."""
 
 
 def event(payload: dict[str, Any]) -> bytes:
@@ -79,20 +86,58 @@ async def _cancel(pending: asyncio.Future[bytes]) -> None:
         await pending
 
 
+class ClientStalled(Exception):
+    """The client stopped reading: a socket write made no progress in time."""
+
+
 class _ClosingEventSource(EventSourceResponse):
     """Runs ``on_close`` when the response ends, however it ends: even when the client
     left before the body's first event, so the body's own ``finally`` never ran."""
 
-    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]]):
+    def __init__(
+        self,
+        content: AsyncIterator[bytes],
+        on_close: Callable[[], Awaitable[None]],
+        write_timeout_s: float,
+        cut: asyncio.Event | None,
+        on_stalled: Callable[[], None],
+    ):
         super().__init__(content)
         self._on_close = on_close
+        self._write_timeout_s = write_timeout_s
+        self._cut = cut or asyncio.Event()
+        self._on_stalled = on_stalled
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, receive, self._watched(send))
+        except ClientStalled:
+            self._on_stalled()
         finally:
             with anyio.CancelScope(shield=True):
                 await self._on_close()
+
+    def _watched(self, send: Send) -> Send:
+        async def watched_send(message: Message) -> None:
+            write = asyncio.ensure_future(send(message))
+            cut = asyncio.ensure_future(self._cut.wait())
+            try:
+                await asyncio.wait(
+                    {write, cut}, timeout=self._write_timeout_s, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not write.done() and cut.done():
+                    # The drain deadline: a last chance for a write already under way.
+                    await asyncio.wait({write}, timeout=_CUT_WRITE_S)
+            finally:
+                cut.cancel()
+            if not write.done():
+                write.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await write
+                raise ClientStalled()
+            write.result()
+
+        return watched_send
 
 
 def sse_response(
@@ -101,8 +146,12 @@ def sse_response(
     on_close: Callable[[], Awaitable[None]],
     cut: asyncio.Event | None = None,
     on_cut: Callable[[], list[bytes]] = list,
+    write_timeout_s: float = 30.0,
+    on_stalled: Callable[[], None] = lambda: None,
 ) -> EventSourceResponse:
-    response = _ClosingEventSource(with_keepalive(events, interval_s, cut, on_cut), on_close)
+    response = _ClosingEventSource(
+        with_keepalive(events, interval_s, cut, on_cut), on_close, write_timeout_s, cut, on_stalled
+    )
     response.headers["Cache-Control"] = "no-cache"
     response.headers["X-Accel-Buffering"] = "no"
     return response

@@ -355,7 +355,7 @@
     byId("tile-ok").textContent = fmt(snap.ok);
     byId("tile-ok-rate").textContent = `${fmt(view.okPerS)} req/s over ${WINDOW_S} s`;
     byId("tile-errors").textContent = fmt(notOk);
-    const parts = [["client_error", "4xx"], ["server_error", "5xx"], ["shed", "shed"], ["aborted", "aborted"]];
+    const parts = [["client_error", "4xx"], ["server_error", "5xx"], ["shed", "shed"], ["aborted", "aborted"], ["client_stalled", "stalled"]];
     byId("tile-errors-detail").textContent = parts.map(([k, name]) => `${name} ${fmt(outcomes[k] || 0)}`).join(" · ");
     byId("tile-tokens").textContent = fmt(snap.tokens);
     byId("tile-tokens-rate").textContent = `${fmt(view.tokensPerS)} tokens/s over ${WINDOW_S} s`;
