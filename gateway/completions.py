@@ -29,7 +29,7 @@ from fastapi import Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from engine_worker.api import ChoiceDelta, EngineDeadError
+from engine_worker.api import ChoiceDelta, EngineDeadError, SamplingOptions
 from gateway.admission import AdmissionRejected, ClientDisconnected, Reservation, Ticket
 from gateway.auth import bearer_token, key_matches
 from gateway.errors import APIError, outcome_of
@@ -71,6 +71,8 @@ class Completions:
             given.check_size(engine)
             prompt_ids = await asyncio.to_thread(given.prompt_ids, engine)
             options = given.options(len(prompt_ids), engine, gateway.settings.max_tokens_limit)
+            if not given.body.stream:
+                self._check_reply_size(options)
             stack = AsyncExitStack()
             ticket = await self._admit(len(prompt_ids), priority, stack, reservation)
         finally:
@@ -107,6 +109,18 @@ class Completions:
                 code="forbidden",
             )
         return value
+
+    def _check_reply_size(self, options: SamplingOptions) -> None:
+        """A non-streamed reply is built whole, and every stream waits meanwhile."""
+        limit = self.gateway.settings.max_reply_tokens
+        size = options.n * options.max_tokens * (1 + (options.logprobs or 0))
+        if size > limit:
+            raise APIError(
+                400,
+                f"a non-streamed reply of n x max_tokens x (1 + top_logprobs) = {size} exceeds "
+                f"the limit of {limit}; stream it, or ask for fewer tokens",
+                param="max_tokens",
+            )
 
     async def _admit(
         self,

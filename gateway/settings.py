@@ -122,6 +122,9 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
 
     max_tokens_limit: int = Field(default=4096, ge=1)
     """Largest max_tokens a request may ask for."""
+    max_reply_tokens: int = Field(default=131_072, ge=1)
+    """Largest non-streamed reply, as n x max_tokens x (1 + top_logprobs): it is built
+    whole on the event loop (about 5 ms per thousand), so a bigger one must stream."""
     generation_config: Literal["auto", "vllm"] = "auto"
     """Sampling defaults for fields a request leaves unset: auto = the model's
     generation_config.json, vllm = vLLM's neutral defaults."""

@@ -113,3 +113,20 @@ async def test_a_burst_is_refused_before_tokenizing_beyond_the_queues_room() -> 
     assert statuses == [200] * 3 + [429] * 9, statuses
     assert {r.json()["error"]["code"] for r in replies if r.status_code == 429} == {"queue_full"}
     assert engine.num_tokenized == 3
+
+
+async def test_a_non_streamed_reply_too_big_to_build_on_the_loop_is_400() -> None:
+    engine = FakeEngine(max_model_len=100_000)
+    async with fake_client(engine, max_tokens_limit=8192, max_reply_tokens=100_000) as (
+        client,
+        _,
+        _,
+    ):
+        body = {"model": "fake-model", "prompt": "hi", "max_tokens": 8000, "n": 8, "logprobs": 1}
+        r = await client.post("/v1/completions", json=body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens", r.text
+        assert engine.submitted == []
+        fits = await client.post(
+            "/v1/completions", json=body | {"max_tokens": 6000, "n": 8, "logprobs": 1}
+        )
+        assert fits.status_code == 200  # 8 x 6000 x 2 = 96,000
