@@ -66,6 +66,8 @@ class Completions:
         gateway.check_serving()
         priority = self._priority(given.body.priority)
         given.check(engine)
+        settings = gateway.settings
+        given.check_limits(settings.max_tools, settings.max_schema_depth, settings.max_schema_bytes)
         reservation = gateway.admission.reserve()
         try:
             given.check_size(engine)

@@ -100,6 +100,28 @@ def _strict(tool: dict[str, Any]) -> dict[str, Any]:
     return tool | {"function": function | {"strict": function.get("strict", True)}}
 
 
+def schema_depth(schema: Any) -> int:
+    """Nesting depth of a JSON value (a scalar is 0), without recursion."""
+    deepest, pending = 0, [(schema, 0)]
+    while pending:
+        value, depth = pending.pop()
+        deepest = max(deepest, depth)
+        if isinstance(value, dict):
+            pending.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, list):
+            pending.extend((item, depth + 1) for item in value)
+    return deepest
+
+
+def check_schema(schema: Any, param: str, max_depth: int, max_bytes: int) -> None:
+    """Structured outputs cost a grammar compile: bound what one schema may ask for."""
+    if schema_depth(schema) > max_depth:
+        raise APIError(400, f"the schema nests deeper than {max_depth} levels", param=param)
+    size = len(json.dumps(schema, separators=(",", ":")).encode())
+    if size > max_bytes:
+        raise APIError(400, f"the schema is {size} bytes, over {max_bytes}", param=param)
+
+
 BodyT = TypeVar("BodyT", ChatCompletionRequest, CompletionRequest)
 
 
@@ -122,6 +144,21 @@ class _Input(Generic[BodyT]):
                 param="model",
                 code="model_not_found",
             )
+
+    def check_limits(self, max_tools: int, max_depth: int, max_bytes: int) -> None:
+        """The structured-output bounds (settings ``max_tools``, ``max_schema_*``)."""
+        tools = getattr(self.body, "tools", None) or []
+        if len(tools) > max_tools:
+            raise APIError(400, f"at most {max_tools} tools are allowed", param="tools")
+        for i, tool in enumerate(tools):
+            parameters = tool.function.parameters
+            if parameters is not None:
+                param = f"tools.{i}.function.parameters"
+                check_schema(parameters, param, max_depth, max_bytes)
+        fmt = self.body.response_format
+        if fmt is not None and fmt.json_schema is not None:
+            param = "response_format.json_schema.schema"
+            check_schema(fmt.json_schema.schema_, param, max_depth, max_bytes)
 
     def check_size(self, engine: Engine) -> None:
         """Refuse, before tokenizing, a prompt whose size alone proves it too long."""

@@ -163,6 +163,13 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
     """Comma-separated bearer keys allowed priorities below 0; empty = nobody."""
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     """Largest request body accepted, bytes."""
+    max_tools: int = Field(default=128, ge=0, le=128)
+    """Most tools a request may declare (OpenAI's own limit is 128)."""
+    max_schema_depth: int = Field(default=32, ge=1, le=1000)
+    """Deepest nesting of a JSON schema (a tool's parameters or response_format): vLLM
+    compiles each schema to a grammar with no time-out, on a worker every request shares."""
+    max_schema_bytes: int = Field(default=65_536, ge=64)
+    """Largest JSON schema, bytes of compact JSON (a tool's parameters or response_format)."""
 
     def dlfp_config(self, device: Device) -> DLFPConfig:
         """The controller settings in force at start: explicit values over device defaults.

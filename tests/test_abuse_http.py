@@ -130,3 +130,48 @@ async def test_a_non_streamed_reply_too_big_to_build_on_the_loop_is_400() -> Non
             "/v1/completions", json=body | {"max_tokens": 6000, "n": 8, "logprobs": 1}
         )
         assert fits.status_code == 200  # 8 x 6000 x 2 = 96,000
+
+
+def _nested(depth: int) -> dict[str, object]:
+    schema: dict[str, object] = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": {"oneOf": [schema, {"type": "null"}]}}}
+    return schema
+
+
+def _tool(name: str, parameters: dict[str, object]) -> dict[str, object]:
+    return {"type": "function", "function": {"name": name, "parameters": parameters}}
+
+
+async def test_structured_outputs_are_bounded_by_the_settings() -> None:
+    engine = FakeEngine()
+    async with fake_client(engine, max_tools=2, max_schema_depth=20, max_schema_bytes=2048) as (
+        client,
+        _,
+        _,
+    ):
+        flat = {"type": "object", "properties": {"city": {"type": "string"}}}
+        cases = [
+            ({"tools": [_tool(f"t{i}", flat) for i in range(3)]}, "tools"),
+            ({"tools": [_tool("deep", _nested(10))]}, "tools.0.function.parameters"),
+            (
+                {"tools": [_tool("big", {"type": "object", "description": "x" * 3000})]},
+                "tools.0.function.parameters",
+            ),
+            (
+                {
+                    "response_format": {
+                        "type": "json_schema",
+                        "json_schema": {"name": "s", "schema": _nested(10)},
+                    }
+                },
+                "response_format.json_schema.schema",
+            ),
+        ]
+        for extra, param in cases:
+            body = {"model": "fake-model", "messages": CHAT, "max_tokens": 2} | extra
+            r = await client.post("/v1/chat/completions", json=body)
+            assert r.status_code == 400 and r.json()["error"]["param"] == param, (param, r.text)
+        ok = {"model": "fake-model", "messages": CHAT, "max_tokens": 2, "tools": [_tool("a", flat)]}
+        assert (await client.post("/v1/chat/completions", json=ok)).status_code == 200
+    assert len(engine.submitted) == 1  # only the request within the bounds
