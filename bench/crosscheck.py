@@ -34,7 +34,7 @@ import httpx
 
 from bench import options
 from bench.loadgen import Arm, RunConfig, run_trial
-from bench.records import Trial, trial_path, write_trial
+from bench.records import Trial, open_text, trial_path, write_trial
 from bench.report import fmt, format_table
 from bench.stats import e2e_s, percentile, request_gaps, summarize, ttft_s
 from bench.tokens import load_counter
@@ -60,7 +60,8 @@ def write_trace(specs: list[RequestSpec], max_tokens: int, seed: int, path: Path
             "hash_ids": [base + j for j in range(num_chunks)],
         }
         lines.append(json.dumps(entry) + "\n")
-    path.write_text("".join(lines), encoding="utf-8")
+    with open_text(path, "w") as f:  # NOTE: plain .jsonl: vLLM's client reads it as it is
+        f.write("".join(lines))
 
 
 def vllm_argv(

@@ -1,4 +1,4 @@
-# Sourced by the bench/run_*.sh scripts: one server at a time in the background, its output
+# Sourced by bench/run_study.sh: one server at a time in the background, its output
 # appended to $LOGS/NAME.log (default $OUT/logs), waited for until it answers, and stopped
 # when the script exits. Needs PORT and OUT; start_gateway also needs PY and TOKEN.
 # READY_TIMEOUT_S (default 900) bounds the wait for a start.
@@ -27,7 +27,7 @@ start_gateway() {  # start_gateway NAME SERVE_ARGS...: `gateway serve` on $PORT,
 }
 
 record_cpu() {  # record_cpu DIR: lscpu in DIR/logs/lscpu.txt, never over another CPU's
-    # NOTE: a results folder outlives the machine that began it; a later session on another
+    # NOTE: a results folder outlives the machine that began it; a later run on another
     # CPU resuming into it adds a dated lscpu beside the first rather than replacing it.
     local logs=$1/logs now
     mkdir -p "$logs"

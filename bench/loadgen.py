@@ -24,7 +24,7 @@ import httpx
 from bench.calibrate import calibrated_workload, write_host
 from bench.client import ClientSettings, send_request, server_root
 from bench.endpoint import apply_admin_patch, get_settings, reset_controller, wait_ready
-from bench.records import RequestRecord, Trial, trial_path, write_trial
+from bench.records import RequestRecord, Trial, recorded_trial, trial_path, write_trial
 from bench.scrape import MetricsPoller
 from bench.stats import request_gaps, ttft_s
 from bench.step_poller import StepPoller
@@ -218,12 +218,17 @@ async def run_all(run: RunConfig, counter: TokenCounter) -> list[Path]:
         for seed_index, seed in enumerate(run.seeds):
             specs: list[RequestSpec] | None = None
             for arm in rotated(run.arms, run.rotation + seed_index):
-                path = trial_path(run.results_dir, arm.name, seed)
-                if path.exists() and not run.force:
-                    print(f"[{arm.name} seed {seed}] recorded in {path}; skipped", file=sys.stderr)
+                recorded = recorded_trial(run.results_dir, arm.name, seed)
+                if recorded is not None and not run.force:
+                    print(
+                        f"[{arm.name} seed {seed}] recorded in {recorded}; skipped", file=sys.stderr
+                    )
                     continue
+                path = trial_path(run.results_dir, arm.name, seed)
                 specs = specs or build_workload(run.workload, seed, counter)
                 trial = await run_trial(http, run, arm, seed, specs, counter.name)
                 write_trial(path, trial)
+                if recorded is not None and recorded != path:
+                    recorded.unlink()  # a forced rerun replaces an uncompressed record
                 written.append(path)
     return written

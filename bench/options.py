@@ -1,6 +1,7 @@
 """The ``bench`` command-line options, and the settings objects built from them.
 
-An option left unset takes its value from the ``--protocol`` preset.
+An option left unset takes its value from ``--study`` (its part's, then the study's), else
+from the ``--protocol`` preset or its own default.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import httpx
 from bench.client import ClientSettings
 from bench.endpoint import parse_patch, wait_ready
 from bench.loadgen import Arm
-from bench.protocols import PAPER_SEEDS, PROTOCOLS
+from bench.protocols import PROTOCOLS
 from bench.stats import SLO
 from bench.workload import WorkloadConfig
 
@@ -91,9 +92,9 @@ def add_workload_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, help="Poisson arrival rate, req/s (cpu 0.2, gpu 1.0)")
     p.add_argument("--num-requests", type=int, help="measured requests per trial (100)")
     p.add_argument("--warmup", type=int, help="warm-up requests before them (cpu 2, gpu 10)")
-    p.add_argument("--long-fraction", type=float, default=0.5, help="share of long prompts")
-    p.add_argument("--long-min-tokens", type=int, default=1000)
-    p.add_argument("--long-max-tokens", type=int, default=3000)
+    p.add_argument("--long-fraction", type=float, help="share of long prompts (0.5)")
+    p.add_argument("--long-min-tokens", type=int, help="(1000)")
+    p.add_argument("--long-max-tokens", type=int, help="(3000)")
     p.add_argument("--short-min-tokens", type=int, default=20)
     p.add_argument("--short-max-tokens", type=int, default=120)
     p.add_argument(
@@ -130,7 +131,6 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--seeds",
         type=_seeds,
-        default=PAPER_SEEDS,
         help="one trial per seed (default the paper's 801,802,803)",
     )
     p.add_argument(
@@ -143,7 +143,6 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rotate",
         type=int,
-        default=0,
         metavar="N",
         help="start the arm order rotated by N (it rotates by one per seed, and per rate in a "
         "sweep); for a run resumed at another rate, so its first arm is not the last run's",
@@ -156,6 +155,13 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         "prompts so that the offered prefill load is FRACTION of it (calibration.json; reused)",
     )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument(
+        "--study",
+        type=Path,
+        help="a study file (bench/studies/*.toml): arms, rates, seeds and other options for "
+        "the ones not given here",
+    )
+    p.add_argument("--part", help="which part of the study (needed when it has several)")
     add_results_option(p)
     add_slo_options(p)
 
@@ -189,9 +195,9 @@ def workload_from(args: argparse.Namespace) -> WorkloadConfig:
         num_requests=_pick(args.num_requests, preset.num_requests),
         num_warmup=_pick(args.warmup, preset.num_warmup),
         rate_rps=_pick(args.rate, preset.rate_rps),
-        long_fraction=args.long_fraction,
-        long_min_tokens=args.long_min_tokens,
-        long_max_tokens=args.long_max_tokens,
+        long_fraction=_pick(args.long_fraction, WorkloadConfig.long_fraction),
+        long_min_tokens=_pick(args.long_min_tokens, WorkloadConfig.long_min_tokens),
+        long_max_tokens=_pick(args.long_max_tokens, WorkloadConfig.long_max_tokens),
         short_min_tokens=args.short_min_tokens,
         short_max_tokens=args.short_max_tokens,
     )

@@ -1,24 +1,53 @@
 """Raw per-request records of one trial, and the JSON-lines file that holds them.
 
-One trial is one (arm, seed) pair. Its file ``<results>/<arm>/seed-<seed>.jsonl``
-holds a header line (``"type": "trial"``), one line per request
-(``"type": "request"``) and one line per ``/metrics`` sample (``"type": "metrics"``).
+One trial is one (arm, seed) pair. Its file ``<results>/<arm>/seed-<seed>.jsonl.gz``
+(gzip-compressed; a plain ``.jsonl`` is read as well) holds a header line
+(``"type": "trial"``), one line per request (``"type": "request"``), one line per
+``/metrics`` sample (``"type": "metrics"``) and one per scheduler step (``"type": "step"``).
 Times are seconds after the trial's start on the client's monotonic clock;
 ``started_unix_s`` in the header anchors them to wall-clock time.
 """
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 FORMAT_VERSION = 1
-_SEED_FILE = re.compile(r"^seed-(\d+)\.jsonl$")
+_SEED_FILE = re.compile(r"^seed-(\d+)\.jsonl(\.gz)?$")
+RECORDS_SUFFIX = ".jsonl.gz"
+"""New trial files are written compressed: the raw records are most of a results folder."""
+
+
+def open_text(path: Path, mode: str = "r") -> IO[str]:
+    """Open a UTF-8 text file for ``r``, ``w`` or ``a``, through gzip when its name ends
+    in ``.gz``. Appending to a ``.gz`` adds a gzip member, which readers take as one stream."""
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.GzipFile(path, mode + "b"), encoding="utf-8")
+    return path.open(mode, encoding="utf-8")
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` of every non-blank line of a ``.jsonl`` or ``.jsonl.gz``."""
+    with open_text(path) as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                yield number, json.loads(line)
+
+
+def append_jsonl(path: Path, obj: dict[str, Any]) -> None:
+    """Add one object as a line (a ``.gz`` file gets one more gzip member)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open_text(path, "a") as f:
+        f.write(json.dumps(obj) + "\n")
 
 
 @dataclass
@@ -92,7 +121,16 @@ class Trial:
 
 
 def trial_path(results_dir: Path, arm: str, seed: int) -> Path:
-    return results_dir / arm / f"seed-{seed}.jsonl"
+    """Where a new trial is written (compressed)."""
+    return results_dir / arm / f"seed-{seed}{RECORDS_SUFFIX}"
+
+
+def recorded_trial(results_dir: Path, arm: str, seed: int) -> Path | None:
+    """The trial's file if it is recorded, compressed or not."""
+    for path in (trial_path(results_dir, arm, seed), results_dir / arm / f"seed-{seed}.jsonl"):
+        if path.exists():
+            return path
+    return None
 
 
 def write_trial(path: Path, trial: Trial) -> None:
@@ -103,10 +141,14 @@ def write_trial(path: Path, trial: Trial) -> None:
     lines += [json.dumps({"type": "request", **asdict(r)}) for r in trial.requests]
     lines += [json.dumps({"type": "metrics", **asdict(s)}) for s in trial.samples]
     lines += [json.dumps({"type": "step", **s}) for s in trial.steps]
+    text = "\n".join(lines) + "\n"
+    data = text.encode("utf-8")
+    if path.suffix == ".gz":
+        data = gzip.compress(data, compresslevel=9, mtime=0)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -125,22 +167,18 @@ def read_trial(path: Path) -> Trial:
     requests: list[RequestRecord] = []
     samples: list[MetricsSample] = []
     steps: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            obj = json.loads(line)
-            kind = obj.pop("type", None)
-            if kind == "trial":
-                header = obj
-            elif kind == "request":
-                requests.append(_request_from(obj))
-            elif kind == "metrics":
-                samples.append(MetricsSample(t_s=obj["t_s"], values=obj["values"]))
-            elif kind == "step":
-                steps.append(obj)
-            else:
-                raise ValueError(f"{path}:{number}: unknown record type {kind!r}")
+    for number, obj in read_jsonl(path):
+        kind = obj.pop("type", None)
+        if kind == "trial":
+            header = obj
+        elif kind == "request":
+            requests.append(_request_from(obj))
+        elif kind == "metrics":
+            samples.append(MetricsSample(t_s=obj["t_s"], values=obj["values"]))
+        elif kind == "step":
+            steps.append(obj)
+        else:
+            raise ValueError(f"{path}:{number}: unknown record type {kind!r}")
     if header is None:
         raise ValueError(f"{path}: no trial header")
     header.pop("format", None)
@@ -149,15 +187,23 @@ def read_trial(path: Path) -> Trial:
 
 
 def find_trials(results_dir: Path) -> dict[str, dict[int, Path]]:
-    """``{arm: {seed: path}}`` of every trial file under ``results_dir``."""
+    """``{arm: {seed: path}}`` of every trial file under ``results_dir``.
+
+    A trial recorded both compressed and plain is an error: which one holds it is unclear.
+    """
     found: dict[str, dict[int, Path]] = {}
     if not results_dir.is_dir():
         return found
     for arm_dir in sorted(p for p in results_dir.iterdir() if p.is_dir()):
         for file in sorted(arm_dir.iterdir()):
             match = _SEED_FILE.match(file.name)
-            if match:
-                found.setdefault(arm_dir.name, {})[int(match.group(1))] = file
+            if not match:
+                continue
+            seeds = found.setdefault(arm_dir.name, {})
+            seed = int(match.group(1))
+            if seed in seeds:
+                raise ValueError(f"{arm_dir}: seed {seed} is recorded twice ({file.name})")
+            seeds[seed] = file
     return found
 
 

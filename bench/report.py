@@ -99,10 +99,34 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 def write_summary(results_dir: Path, slo: SLO) -> dict[str, Any]:
     summary = summarize_results(results_dir, slo)
+    save_summary(results_dir, summary)
+    return summary
+
+
+def save_summary(results_dir: Path, summary: dict[str, Any]) -> Path:
     path = results_dir / SUMMARY_FILE
     results_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    return summary
+    return path
+
+
+def summary_differences(results_dir: Path, summary: dict[str, Any]) -> list[str]:
+    """Where a recomputed summary differs from the ``summary.json`` written before."""
+    path = results_dir / SUMMARY_FILE
+    if not path.exists():
+        return [f"{path}: missing"]
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    return _differences(saved, json.loads(json.dumps(summary)), str(path))
+
+
+def _differences(saved: Any, new: Any, where: str) -> list[str]:
+    if isinstance(saved, dict) and isinstance(new, dict):
+        found = [f"{where}/{k}: only in the file" for k in saved.keys() - new.keys()]
+        found += [f"{where}/{k}: only recomputed" for k in new.keys() - saved.keys()]
+        for key in saved.keys() & new.keys():
+            found += _differences(saved[key], new[key], f"{where}/{key}")
+        return sorted(found)
+    return [] if saved == new else [f"{where}: {saved!r} in the file, {new!r} recomputed"]
 
 
 def cache_warnings(summary: dict[str, Any], threshold: float = 0.05) -> list[str]:

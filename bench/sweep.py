@@ -21,7 +21,6 @@ simply absent from the summary.
 from __future__ import annotations
 
 import itertools
-import json
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -39,7 +38,6 @@ from bench.tokens import TokenCounter
 GOODPUT_TARGET = 0.9
 MISSES = ("ttft", "itl", "both", "failed")
 """Why requests missed the SLO, in the order the table gives them."""
-SUMMARY_FILE = "summary.json"
 
 
 def rate_dir(results_dir: Path, rate_rps: float) -> Path:
@@ -188,7 +186,7 @@ def capacity(points: list[tuple[float, float]], target: float = GOODPUT_TARGET) 
 
 
 def sweep_summary(results_dir: Path, slo: SLO) -> dict[str, Any]:
-    """Per arm: per rate (seeds pooled) the figures, and the capacity; writes summary.json.
+    """Per arm: per rate (seeds pooled) the figures, and the capacity (``summary.json``).
 
     The pooled capacity is judged on the rates that hold every seed the arm was run with
     (``capacity_rates``): goodputs pooled over different seeds are not one curve.
@@ -207,9 +205,7 @@ def sweep_summary(results_dir: Path, slo: SLO) -> dict[str, Any]:
             "capacity_rates": [f"{r:g}" for r, _ in points],
             "capacity_by_seed": capacity_by_seed(by_rate),
         }
-    summary = {"results_dir": str(results_dir), "slo": asdict(slo), "arms": arms}
-    (results_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    return summary
+    return {"results_dir": str(results_dir), "slo": asdict(slo), "arms": arms}
 
 
 def capacity_label(entry: dict[str, Any]) -> str:

@@ -4,7 +4,7 @@ vLLM's CPU backend runs bf16 well only where the CPU has native bf16
 (AVX512_BF16 or AMX): there oneDNN takes the matrix products. Without it vLLM
 logs "Failed to create oneDNN linear, fallback to torch linear" and bf16
 prefill ran about 30 times slower than on an AVX-512 machine, and about 4 times
-slower than float32 on the same CPU (README, "Defaults that travel"). So
+slower than float32 on the same CPU (docs/scheduler.md, "Defaults that travel"). So
 ``auto`` means bf16 only on such CPUs and float32 elsewhere; an explicit dtype
 always wins, and on CUDA ``auto`` stays vLLM's choice.
 

@@ -120,7 +120,7 @@ class DLFPConfig(BaseModel):
 
     @classmethod
     def defaults_for(cls, device: Device) -> DLFPConfig:
-        """Per-device defaults (README, "Controller defaults", gives the measurements).
+        """Per-device defaults (docs/scheduler.md, "Controller defaults").
 
         The class defaults are the CPU ones, for the embedded SmolLM2-135M on two
         cores. The target is ``auto`` on both devices: 0.6 x the ITL objective

@@ -3,7 +3,7 @@
 Bounds live on the fields so that a bad value is a 400 with the field named,
 before anything reaches the engine. No field is silently ignored: a request field
 is honoured, refused by name (``REFUSED_FIELDS``, checked by the endpoint), or in
-``IGNORED_FIELDS``, the list the README gives; any other is a 400 naming it. A
+``IGNORED_FIELDS``, the list docs/api.md gives; any other is a 400 naming it. A
 field sent as ``null`` counts as unset.
 """
 
@@ -71,7 +71,7 @@ IGNORED_FIELDS = frozenset(
         "watermarking",
     }
 )
-"""Accepted and deliberately without effect (README: "Ignored request fields")."""
+"""Accepted and deliberately without effect (docs/api.md: "No field is silently ignored")."""
 
 REFUSED_FIELDS = ("audio", "prediction", "web_search_options", "modalities")
 """Accepted by the schema only to be refused by name (``modalities`` unless ``["text"]``)."""

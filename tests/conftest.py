@@ -62,9 +62,10 @@ def start_server(
 ) -> Server:
     """``python -m gateway serve`` on a free port; waits for ``wait_for`` to answer 200.
 
-    NOTE: not in a session of its own. With the kernel's autogroup scheduling a new
-    session gets its own CPU share, and on two cores the engine's busy worker then
-    starves the gateway's event loop: requests were admitted one at a time.
+    NOTE: not in a process session of its own (no ``setsid``). With the kernel's
+    autogroup scheduling a new session gets its own CPU share, and on two cores the
+    engine's busy worker then starves the gateway's event loop: requests were admitted
+    one at a time.
     """
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     port = free_port()
@@ -125,7 +126,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def gateway_server(tiny_model_dir: Path) -> Iterator[Server]:
-    """The session's one real gateway + vLLM engine on the tiny model."""
+    """The one real gateway + vLLM engine on the tiny model, shared by the test session."""
     server = start_server(
         "session-gateway",
         {

@@ -26,7 +26,7 @@ class _Records(logging.Handler):
 @pytest.fixture
 def records() -> Iterator[list[logging.LogRecord]]:
     # NOTE: configure_logging() stops propagation to the root logger, so caplog
-    # would miss these records once any test has started a server in this session.
+    # would miss these records once any test has started a server in this test session.
     handler = _Records()
     level = logger.level
     logger.addHandler(handler)

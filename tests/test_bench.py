@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import json
 import random
@@ -13,7 +14,19 @@ import pytest
 
 from bench.compare import compare_arms, output_agreement, paired_ci, t_quantile_975
 from bench.plots import arm_styles, controller_cap, itl_cdf
-from bench.records import MetricsSample, RequestRecord, Trial, read_trial, trial_path, write_trial
+from bench.records import (
+    MetricsSample,
+    RequestRecord,
+    Trial,
+    append_jsonl,
+    find_trials,
+    open_text,
+    read_jsonl,
+    read_trial,
+    recorded_trial,
+    trial_path,
+    write_trial,
+)
 from bench.stats import SLO, meets_slo, percentile, request_gaps, slo_miss, summarize
 from bench.stream import accounting_error, apply_event, parse_data
 from bench.tokens import CharCounter
@@ -188,8 +201,38 @@ def test_records_round_trip(tmp_path: Path) -> None:
     trial.requests[1].status, trial.requests[1].error = "failed", "boom"
     path = trial_path(tmp_path, "off", 801)
     write_trial(path, trial)
-    assert path.exists() and not list(path.parent.glob("*.tmp"))
+    assert path.name == "seed-801.jsonl.gz" and not list(path.parent.glob("*.tmp"))
+    assert gzip.decompress(path.read_bytes()).startswith(b'{"type": "trial"')
     assert read_trial(path) == trial
+    first = path.read_bytes()
+    write_trial(path, trial)
+    assert path.read_bytes() == first, "the same records, the same bytes (no gzip timestamp)"
+
+
+def test_records_read_plain_and_compressed_alike(tmp_path: Path) -> None:
+    trial = _trial("off", 801, [[0.1]])
+    write_trial(tmp_path / "off" / "seed-801.jsonl", trial)  # as results were once written
+    write_trial(trial_path(tmp_path, "off", 802), _trial("off", 802, [[0.2]]))
+    found = find_trials(tmp_path)
+    assert {seed: p.name for seed, p in found["off"].items()} == {
+        801: "seed-801.jsonl",
+        802: "seed-802.jsonl.gz",
+    }
+    assert read_trial(found["off"][801]) == trial
+    assert recorded_trial(tmp_path, "off", 801) == tmp_path / "off" / "seed-801.jsonl"
+    assert recorded_trial(tmp_path, "off", 803) is None
+    write_trial(trial_path(tmp_path, "off", 801), trial)
+    with pytest.raises(ValueError, match="seed 801 is recorded twice"):
+        find_trials(tmp_path)
+
+
+def test_jsonl_lines_append_to_a_compressed_file(tmp_path: Path) -> None:
+    path = tmp_path / "logs" / "machine.jsonl.gz"
+    append_jsonl(path, {"run": 1})
+    append_jsonl(path, {"run": 2})
+    assert [obj for _, obj in read_jsonl(path)] == [{"run": 1}, {"run": 2}]
+    with open_text(path) as f:
+        assert f.read() == '{"run": 1}\n{"run": 2}\n'
 
 
 # --- statistics ---

@@ -1,4 +1,4 @@
-"""bench/big_prompts.py on a short configuration: a gateway on the FAKE engine served by
+"""bench/studies/big_prompts.py on a short configuration: a gateway on the FAKE engine served by
 uvicorn in a thread (httpx's in-process transport does not stream), quick tier."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 import httpx
 import uvicorn
 
-from bench.big_prompts import Options, print_table, run
+from bench.studies.big_prompts import Options, print_table, run
 from gateway.app import create_app
 from gateway.settings import Settings
 from tests.conftest import free_port

@@ -9,13 +9,14 @@ to misbehave. It stands in for no real server's timing.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
 import json
 import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -194,7 +195,7 @@ def test_trial_records_every_request_exactly(fake_server: FakeOpenAIServer, tmp_
     fake_server.sends_keepalive = True
     arm = Arm("dlfp-ct", {"controller": "dlfp-ct"})
     written = asyncio.run(run_all(_run_config(fake_server, tmp_path, (arm,)), CharCounter()))
-    assert written == [tmp_path / "dlfp-ct" / "seed-801.jsonl"]
+    assert written == [tmp_path / "dlfp-ct" / "seed-801.jsonl.gz"]
     trial = read_trial(written[0])
     assert fake_server.patches == [{"controller": "dlfp-ct", "gain": 0.5}]  # on the baseline
     assert len(trial.requests) == 5 and [r.is_warmup for r in trial.requests][:2] == [True, False]
@@ -214,7 +215,7 @@ def test_token_accounting_fails_a_short_stream(
 ) -> None:
     fake_server.num_missing_tokens = 1
     asyncio.run(run_all(_run_config(fake_server, tmp_path, (Arm("off"),)), CharCounter()))
-    trial = read_trial(tmp_path / "off" / "seed-801.jsonl")
+    trial = read_trial(tmp_path / "off" / "seed-801.jsonl.gz")
     assert {r.status for r in trial.requests} == {"failed"}
     assert "delivered 5 tokens" in (trial.requests[0].error or "")
 
@@ -222,13 +223,13 @@ def test_token_accounting_fails_a_short_stream(
 def test_resume_skips_a_recorded_trial(fake_server: FakeOpenAIServer, tmp_path: Path) -> None:
     run = _run_config(fake_server, tmp_path, (Arm("off"),), seeds=(801, 802))
     asyncio.run(run_all(run, CharCounter()))
-    first = (tmp_path / "off" / "seed-801.jsonl").read_bytes()
+    first = (tmp_path / "off" / "seed-801.jsonl.gz").read_bytes()
     num_requests = len(fake_server.requests)
-    (tmp_path / "off" / "seed-802.jsonl").unlink()  # as if interrupted during seed 802
+    (tmp_path / "off" / "seed-802.jsonl.gz").unlink()  # as if interrupted during seed 802
     written = asyncio.run(run_all(run, CharCounter()))
-    assert written == [tmp_path / "off" / "seed-802.jsonl"]
+    assert written == [tmp_path / "off" / "seed-802.jsonl.gz"]
     assert len(fake_server.requests) == num_requests + 5
-    assert (tmp_path / "off" / "seed-801.jsonl").read_bytes() == first
+    assert (tmp_path / "off" / "seed-801.jsonl.gz").read_bytes() == first
 
 
 def test_cli_runs_arms_then_compares(
@@ -327,7 +328,7 @@ def test_wrong_model_is_a_failed_request(fake_server: FakeOpenAIServer, tmp_path
         "0",
     ]
     assert gateway_main(args) == 0
-    trial = read_trial(tmp_path / "default" / "seed-1.jsonl")
+    trial = read_trial(tmp_path / "default" / "seed-1.jsonl.gz")
     assert [r.http_status for r in trial.requests] == [404, 404]
     assert all(r.status == "failed" and "HTTP 404" in (r.error or "") for r in trial.requests)
 
@@ -414,8 +415,8 @@ def test_sweep_stop_below_skips_an_arm_at_higher_rates_once_it_misses(
     ]
     assert gateway_main(args) == 0
     assert len(fake_server.requests) >= 3
-    assert list((tmp_path / "rate-20").glob("off/seed-*.jsonl"))
-    assert not list((tmp_path / "rate-40").glob("off/seed-*.jsonl"))
+    assert list((tmp_path / "rate-20").glob("off/seed-*.jsonl.gz"))
+    assert not list((tmp_path / "rate-40").glob("off/seed-*.jsonl.gz"))
     entry = json.loads((tmp_path / "summary.json").read_text())["arms"]["off"]
     assert sorted(entry["rates"]) == ["20"]
     assert entry["capacity_bound"] == "below_lowest_rate"
@@ -437,11 +438,13 @@ def test_sweep_stop_below_adds_no_seeds_above_a_rate_the_arm_missed(
     capsys.readouterr()
     assert gateway_main([*args, "--seeds", "1,2", "--stop-below", "0.5"]) == 0
     # Seed 2 fills in the lowest rate; at 40/s it could not move the capacity.
-    assert sorted(p.name for p in (tmp_path / "rate-20" / "off").glob("seed-*.jsonl")) == [
-        "seed-1.jsonl",
-        "seed-2.jsonl",
+    assert sorted(p.name for p in (tmp_path / "rate-20" / "off").glob("seed-*.jsonl.gz")) == [
+        "seed-1.jsonl.gz",
+        "seed-2.jsonl.gz",
     ]
-    assert [p.name for p in (tmp_path / "rate-40" / "off").glob("seed-*.jsonl")] == ["seed-1.jsonl"]
+    assert [p.name for p in (tmp_path / "rate-40" / "off").glob("seed-*.jsonl.gz")] == [
+        "seed-1.jsonl.gz"
+    ]
     assert "off: missed at a lower rate; not run at 40" in capsys.readouterr().err
     # The pooled capacity is judged only where both seeds ran; each seed has its own.
     entry = json.loads((tmp_path / "summary.json").read_text())["arms"]["off"]
@@ -458,8 +461,8 @@ def test_sweep_stop_below_counts_a_met_rate_only_if_it_holds_every_seed(
     assert gateway_main([*args, "--seeds", "1,2", *arm]) == 0
     # 40/s was met by seed 1 alone, which says nothing of seeds 1 and 2 pooled: 20/s runs.
     for rate in ("rate-20", "rate-40"):
-        seeds = sorted(p.name for p in (tmp_path / rate / "off").glob("seed-*.jsonl"))
-        assert seeds == ["seed-1.jsonl", "seed-2.jsonl"]
+        seeds = sorted(p.name for p in (tmp_path / rate / "off").glob("seed-*.jsonl.gz"))
+        assert seeds == ["seed-1.jsonl.gz", "seed-2.jsonl.gz"]
     assert "not run at 20" not in capsys.readouterr().err
 
 
@@ -480,3 +483,69 @@ def test_sweep_stop_below_skips_a_rate_under_one_the_arm_already_met(
     assert len(fake_server.requests) == num_sent
     assert not (tmp_path / "rate-20").exists()
     assert "off: met at a higher rate; not run at 20" in capsys.readouterr().err
+
+
+def test_resume_counts_an_uncompressed_record_and_force_replaces_it(
+    fake_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    run = _run_config(fake_server, tmp_path, (Arm("off"),))
+    asyncio.run(run_all(run, CharCounter()))
+    compressed = tmp_path / "off" / "seed-801.jsonl.gz"
+    plain = compressed.with_suffix("")  # a trial recorded before records were compressed
+    plain.write_bytes(gzip.decompress(compressed.read_bytes()))
+    compressed.unlink()
+    assert asyncio.run(run_all(run, CharCounter())) == []
+    assert asyncio.run(run_all(replace(run, force=True), CharCounter())) == [compressed]
+    assert not plain.exists() and read_trial(compressed).arm == "off"
+
+
+STUDY = """
+about = "a study of the fake endpoint"
+[options]
+num_requests = 3
+warmup = 0
+max_tokens = 3
+long_min_tokens = 40
+long_max_tokens = 80
+seeds = [1]
+rates = [20]
+[arms]
+off = { controller = "off" }
+dlfp-ct = { controller = "dlfp-ct" }
+fixed-8 = { controller = "fixed", fixed_cap_tokens = 8 }
+[[parts]]
+name = "pair"
+arms = ["off", "dlfp-ct"]
+[[parts]]
+name = "more"
+arms = ["fixed-8"]
+seeds = [1, 2]
+rates = [20, 40]
+"""
+
+
+def test_a_study_part_gives_the_arms_rates_and_seeds(
+    fake_server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    study = tmp_path / "study.toml"
+    study.write_text(STUDY)
+    results = tmp_path / "results"
+    common = ["--base-url", fake_server.base_url, "--admin-token", ADMIN_TOKEN]
+    common += ["--metrics-interval-s", "0", "--no-plots", "--results", str(results)]
+    args = ["bench", "sweep", "--study", str(study), *common]
+    assert gateway_main(args) == 2  # two parts: which one?
+    assert "--part one of pair, more" in capsys.readouterr().err
+    assert gateway_main([*args, "--part", "pair"]) == 0
+    assert sorted(find_trials(results / "rate-20")) == ["dlfp-ct", "off"]
+    assert {p["controller"] for p in fake_server.patches} == {"off", "dlfp-ct"}
+    # The part's own seeds and rates win over the study's; the command line over both.
+    assert gateway_main([*args, "--part", "more", "--seeds", "3"]) == 0
+    assert sorted(find_trials(results / "rate-40")["fixed-8"]) == [3]
+    assert fake_server.patches[-1] == {"controller": "fixed", "fixed_cap_tokens": 8, "gain": 0.5}
+    # --arm NAME takes the study's patch; a study of rates is run by bench sweep only.
+    assert gateway_main([*args, "--part", "pair", "--arm", "fixed-8", "--seeds", "4"]) == 0
+    assert sorted(find_trials(results / "rate-20")["fixed-8"]) == [3, 4]  # pair's rates only
+    assert sorted(find_trials(results / "rate-40")["fixed-8"]) == [3]
+    capsys.readouterr()
+    assert gateway_main(["bench", "--study", str(study), "--part", "pair", *common]) == 2
+    assert "run it with bench sweep" in capsys.readouterr().err

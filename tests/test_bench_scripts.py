@@ -1,6 +1,7 @@
-"""The benchmark scripts' shell: every bench/run_*.sh parses, and bench/lib.sh starts a
+"""The benchmark scripts' shell: every bench/run_*.sh parses, bench/lib.sh starts a
 server, waits for it, reports a server that dies, stops it when the script exits, and
-records the CPU without overwriting the record of another.
+records the CPU without overwriting the record of another, and bench/run_study.sh follows
+a study's plan.
 
 The server here is Python's static file server (a stand-in for the gateway, which the
 scripts start in the same way): GET /ready answers once a file named `ready` exists.
@@ -8,6 +9,7 @@ scripts start in the same way): GET /ready answers once a file named `ready` exi
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -139,3 +141,34 @@ def test_record_cpu_never_overwrites_another_cpus_lscpu(tmp_path: Path) -> None:
     dated = sorted(logs.glob("lscpu-*.txt"))
     assert len(dated) == 1, "the same CPU again must not add a file"
     assert dated[0].read_text() == "Model name: EPYC family 23\n"
+
+
+def test_run_study_follows_the_plan_and_stops_at_a_failing_step(tmp_path: Path) -> None:
+    # Two command parts and no server (a real study's parts start the gateway, as above).
+    script = ROOT / "bench" / "run_study.sh"
+    marker = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text(sys.argv[2])"
+    study = tmp_path / "study.toml"
+    study.write_text(
+        'about = "?"\n'
+        '[[parts]]\nname = "first"\nserver = "none"\n'
+        f"run = {json.dumps(['python', '-c', marker, '{out}/first', '{admin_token}'])}\n"
+        '[[parts]]\nname = "fails"\nserver = "none"\n'
+        'run = ["python", "-c", "raise SystemExit(3)"]\n'
+        '[[parts]]\nname = "never"\nserver = "none"\n'
+        f"run = {json.dumps(['python', '-c', marker, '{out}/never', 'x'])}\n"
+    )
+    out = tmp_path / "out dir"
+    env = os.environ | {"OUT": str(out), "PY": sys.executable, "TOKENIZER": "/nonexistent"}
+
+    def run(parts: str) -> subprocess.CompletedProcess[str]:
+        cmd = ["bash", str(script), str(study)]
+        return subprocess.run(cmd, env=env | {"PARTS": parts}, capture_output=True, text=True)
+
+    result = run("first fails never")
+    assert result.returncode == 3, result.stderr
+    assert (out / "first").read_text() == "bench-admin-token"
+    assert not (out / "never").exists(), "a failing step stops the study"
+    assert (out / "logs" / "lscpu.txt").exists()
+    assert run("never").returncode == 0 and (out / "never").exists()
+    result = run("nope")
+    assert result.returncode == 2 and "--part one of first, fails, never" in result.stderr

@@ -3,7 +3,7 @@
 docker-compose.yml, the Dockerfiles, the Prometheus and Grafana provisioning and the
 Kubernetes manifests are checked as data (no Docker engine or cluster here); every
 route, port and metric name they mention is checked against the real app: on the
-FAKE engine for routes and ``dlfp_*`` metrics, on the session's real gateway for
+FAKE engine for routes and ``dlfp_*`` metrics, on the shared real gateway for
 vLLM's ``vllm:*`` metrics (engine tier).
 """
 

@@ -1,6 +1,6 @@
 """SIMULATION: the feedback controllers replayed over vLLM's dispatch loop.
 
-Nothing here runs vLLM or measures real time: ``bench.dispatch_sim`` replays
+Nothing here runs vLLM or measures real time: ``bench.studies.dispatch_sim`` replays
 the order of events in ``EngineCore.step`` (queue depth 1) and
 ``EngineCore.step_with_batch_queue`` (depth 2) with a fake clock, a simulated
 host and a simulated device (see its docstring for what it cannot show). The
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.dispatch_sim import LARGE, SMALL, TARGET_MS, Plant, simulate
+from bench.studies.dispatch_sim import LARGE, SMALL, TARGET_MS, Plant, simulate
 
 HOST_MS = (1.0, 10.0, 25.0, 50.0)
 

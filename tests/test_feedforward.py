@@ -122,7 +122,7 @@ def test_new_prompt_starts_at_the_cap_predicted_for_its_context() -> None:
     assert len(first_chunks) >= 5
 
 
-# The AVX2-only CPU in float32 (README, "Defaults that travel"): a decode-only step of
+# The AVX2-only CPU in float32 (docs/scheduler.md, "Defaults that travel"): a decode-only step of
 # 100-130 ms and about 136 prefill tokens a second.
 SLOW_CPU = ContextPlant(base_s=0.095, decode_s=0.002, prefill_s_per_token=0.0073)
 

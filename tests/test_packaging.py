@@ -1,0 +1,98 @@
+"""The benchmark harness is an extra (quick tier): its dependencies are not the gateway's,
+the images leave it out, the gateway loads it only for ``dlfp-gateway bench``, and without
+the extra that command says in one line how to install it."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+BENCH_ONLY = {"matplotlib"}
+INSTALL = "pip install 'dlfp-gateway[bench]'"
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower()
+
+
+def test_the_bench_extra_holds_what_only_the_harness_needs() -> None:
+    core = {_name(r) for r in PROJECT["dependencies"]}
+    assert not core & BENCH_ONLY
+    assert "matplotlib==3.11.2" in PROJECT["optional-dependencies"]["bench"]
+    makefile = (ROOT / "Makefile").read_text()
+    assert '-e ".[$(DEVICE),dev,bench]"' in makefile, "make install covers the harness's tests"
+
+
+def test_the_images_install_no_bench_extra() -> None:
+    for name in ("Dockerfile.cpu", "Dockerfile.gpu"):
+        text = (ROOT / "deploy" / name).read_text()
+        installs = re.findall(r"pip install[^\n&]*", text)
+        assert installs, name
+        for line in installs:
+            extras = re.findall(r"\[([^\]]*)\]", line)
+            assert all("bench" not in e.split(",") for e in extras), f"{name}: {line}"
+            assert not any(dep in line for dep in BENCH_ONLY), f"{name}: {line}"
+
+
+def _bench_imports(path: Path) -> list[tuple[str, str]]:
+    """``(enclosing function or <module>, module)`` of every import of bench in ``path``."""
+    found: list[tuple[str, str]] = []
+
+    def visit(node: ast.AST, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, ast.FunctionDef) else where
+            names = []
+            if isinstance(child, ast.Import):
+                names = [a.name for a in child.names]
+            elif isinstance(child, ast.ImportFrom) and child.module:
+                names = [child.module]
+            found.extend((where, n) for n in names if n.split(".")[0] == "bench")
+            visit(child, inner)
+
+    visit(ast.parse(path.read_text()), "<module>")
+    return found
+
+
+def test_the_gateway_imports_bench_once_lazily_for_the_bench_command() -> None:
+    found = {
+        str(path.relative_to(ROOT)): _bench_imports(path)
+        for path in sorted((ROOT / "gateway").rglob("*.py"))
+        if _bench_imports(path)
+    }
+    assert found == {"gateway/cli.py": [("_bench", "bench.cli")]}
+
+
+def _run(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+
+
+def test_serving_and_the_top_level_help_do_not_load_the_harness() -> None:
+    code = (
+        "import sys\nfrom gateway.cli import build_parser\n"
+        "assert 'bench' in build_parser().format_help()\n"
+        "print(sorted(m for m in sys.modules if m == 'bench' or m.startswith('bench.')))\n"
+    )
+    result = _run(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_bench_without_the_extra_says_how_to_install_it() -> None:
+    # None in sys.modules: what an interpreter without matplotlib finds.
+    code = (
+        "import sys\nsys.modules['matplotlib'] = None\n"
+        "from gateway.cli import main\nsys.exit(main(['bench', 'summary', '--results', 'x']))\n"
+    )
+    result = _run(code)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and INSTALL in lines[0] and "matplotlib" in lines[0], result.stderr

@@ -1,0 +1,70 @@
+"""Every committed results folder re-analyses to the summary.json committed beside it
+(quick tier, no server): a sweep folder (one with rate-<r>/ folders) through
+``bench sweep --markdown --check``, any other through ``bench summary --check``.
+
+The records are the source and the summaries derived from them: a change to the
+statistics, the records' reader or a folder that moves shows up here, and is fixed by
+rerunning the same command without ``--check``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import main as gateway_main
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+FOLDERS = sorted(p.parent.relative_to(ROOT) for p in RESULTS.rglob("summary.json"))
+
+
+def _is_sweep(folder: Path) -> bool:
+    return any(p.is_dir() for p in (ROOT / folder).glob("rate-*"))
+
+
+def test_every_results_folder_is_checked() -> None:
+    assert len(FOLDERS) >= 8, FOLDERS
+    assert any(_is_sweep(f) for f in FOLDERS) and not all(_is_sweep(f) for f in FOLDERS)
+
+
+@pytest.mark.parametrize(
+    "folder", FOLDERS, ids=[str(f.relative_to("bench/results")) for f in FOLDERS]
+)
+def test_reanalysis_gives_the_committed_summary(
+    folder: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # summary.json names its folder as it was given, relative to the repository root.
+    monkeypatch.chdir(ROOT)
+    if _is_sweep(folder):
+        argv = ["bench", "sweep", "--markdown", "--check", "--results", str(folder)]
+    else:
+        argv = ["bench", "summary", "--check", "--results", str(folder)]
+    status = gateway_main(argv)
+    out, err = capsys.readouterr()
+    assert status == 0, f"{' '.join(argv)} differs from the committed summary.json:\n{err}"
+    assert "matches the records" in out
+    if _is_sweep(folder):
+        assert out.startswith("| arm | capacity req/s |")  # the Markdown table
+
+
+def test_a_changed_record_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The check can fail: one trial dropped from a copy of a committed folder."""
+    source = ROOT / next(f for f in FOLDERS if not _is_sweep(f))
+    copy = tmp_path / "copy"
+    for path in source.rglob("*"):
+        if path.is_file() and path.suffix in {".gz", ".jsonl", ".json"}:
+            target = copy / path.relative_to(source)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(path.read_bytes())
+    summary = (copy / "summary.json").read_text().replace(str(source.relative_to(ROOT)), "copy")
+    (copy / "summary.json").write_text(summary)
+    monkeypatch.chdir(tmp_path)
+    assert gateway_main(["bench", "summary", "--check", "--results", "copy"]) == 0
+    next((copy).glob("*/seed-*.jsonl*")).unlink()
+    capsys.readouterr()
+    assert gateway_main(["bench", "summary", "--check", "--results", "copy"]) == 1
+    assert "differs:" in capsys.readouterr().err
