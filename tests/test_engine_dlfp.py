@@ -152,8 +152,14 @@ def test_outputs_identical_with_controller_off_and_on(
         assert admin(gateway_server, "PATCH", json=patch).status_code == 200
         mixed_before = state(gateway_server)["num_mixed_steps"]
         outputs[name] = mixed_load(gateway_server, tag=7)
+        # NOTE: the guard only keeps the comparison from passing on no capping. A small
+        # cap by construction (fixed 32, a 1 ms target at the floor) chunks every long
+        # prompt many times; a 20 ms plan may take a prompt in a few steps on a fast CPU
+        # (6 on an AMX Xeon in float32), so there at least one mixed step is asked for.
+        planned = patch.get("target_ms") == 20
         if name != "off":
-            assert state(gateway_server)["num_mixed_steps"] > mixed_before + 10, name
+            num_mixed = state(gateway_server)["num_mixed_steps"] - mixed_before
+            assert num_mixed > (0 if planned else 10), (name, num_mixed)
     for name in outputs:
         differing = [p[:40] for p in outputs["off"] if outputs["off"][p] != outputs[name][p]]
         assert differing == [], (name, differing)
