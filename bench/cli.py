@@ -2,7 +2,8 @@
 
 ``bench`` runs trials; ``bench compare``, ``bench summary`` and ``bench plot``
 re-analyse the raw records; ``bench crosscheck`` runs vLLM's own benchmark client
-beside this one; ``bench vllm-server`` serves the baseline vLLM OpenAI server.
+beside this one; ``bench vllm-server`` serves the baseline vLLM OpenAI server;
+``bench abuse`` runs bounded abuse scenarios against a gateway on loopback.
 ``--study FILE`` takes arms, rates and seeds from a study (``bench/studies/*.toml``).
 """
 
@@ -185,7 +186,7 @@ def compare_handler(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """``dlfp-gateway bench`` and its sub-commands."""
-    from bench import chunks, crosscheck, vllm_server
+    from bench import abuse, chunks, crosscheck, vllm_server
 
     bench = argparse.ArgumentParser(
         prog="dlfp-gateway bench",
@@ -198,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="bench_command",
         required=False,
         title="sub-commands (none: run trials)",
-        metavar="{compare,summary,plot,sweep,chunks,crosscheck,vllm-server}",
+        metavar="{compare,summary,plot,sweep,chunks,crosscheck,vllm-server,abuse}",
     )
     sweep = sub.add_parser(
         "sweep",
@@ -249,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     crosscheck.add_parser(sub)
     chunks.add_parser(sub)
     vllm_server.add_parser(sub)
+    abuse.add_parser(sub)
     return bench
 
 

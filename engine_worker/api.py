@@ -7,10 +7,14 @@ engine both implement ``Engine``; the gateway only ever sees these types.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from engine_worker.dlfp_config import DLFPConfig
+
+GrammarKind = Literal["json_schema", "structural_tag"]
+"""The structured-output grammars the engine compiles from a JSON spec."""
 
 
 class EngineDeadError(RuntimeError):
@@ -27,6 +31,18 @@ class InvalidRequestError(ValueError):
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.param = param
+
+
+class PromptTooLongError(InvalidRequestError):
+    """A prefix of the prompt alone has more tokens than allowed (``max_tokens`` of
+    ``tokenize`` and ``render_chat``); the rest was not tokenized."""
+
+    def __init__(self, num_tokens_at_least: int, max_tokens: int) -> None:
+        super().__init__(
+            f"the prompt is at least {num_tokens_at_least} tokens, over {max_tokens}", "prompt"
+        )
+        self.num_tokens_at_least = num_tokens_at_least
+        self.max_tokens = max_tokens
 
 
 @dataclass(frozen=True)
@@ -145,20 +161,48 @@ class Engine(Protocol):
     @property
     def is_dead(self) -> bool: ...
 
+    @property
+    def num_unfinished_requests(self) -> int:
+        """Requests the engine still holds state for (vLLM's output processor): 0 when
+        nothing runs; a count that stays up with nothing running is a leak."""
+        ...
+
     async def start(self) -> None: ...
 
     async def shutdown(self) -> None: ...
 
+    @property
+    def tokenizer_lock(self) -> AbstractContextManager[object]:
+        """Held by any use of the tokenizer outside the engine's own methods (which take
+        it themselves), such as the ``ChatOutput`` parsers: HF fast tokenizers must not
+        be used from two threads at once."""
+        ...
+
     def render_chat(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
-    ) -> list[int]: ...
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
+    ) -> list[int]:
+        """The templated conversation's token ids; with ``max_tokens``, as ``tokenize``."""
+        ...
 
     def chat_output(self, request: dict[str, Any], prompt_token_ids: list[int]) -> ChatOutput:
         """Tool and reasoning handling for an OpenAI chat body (``messages``, ``tools``,
         ``tool_choice``, ...); raises InvalidRequestError for a bad tool choice."""
         ...
 
-    def tokenize(self, text: str) -> list[int]: ...
+    def tokenize(self, text: str, max_tokens: int | None = None) -> list[int]:
+        """The text's token ids. With ``max_tokens``, a text whose prefix alone has more
+        tokens raises PromptTooLongError having tokenized only prefixes of it
+        (``engine_worker.prompt_prefix``: never a text that has at most max_tokens)."""
+        ...
+
+    async def check_grammar(self, kind: GrammarKind, spec: str) -> None:
+        """Compile a grammar (``json_schema``: the schema as JSON text; ``structural_tag``:
+        vLLM's structural tag) apart from the engine's shared compile worker; raises
+        InvalidRequestError (no ``param``) if it fails or takes too long to compile."""
+        ...
 
     async def submit(
         self,

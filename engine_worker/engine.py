@@ -24,7 +24,9 @@ from engine_worker.api import (
     EngineInfo,
     EngineNotReadyError,
     GenerationChunk,
+    GrammarKind,
     InvalidRequestError,
+    PromptTooLongError,
     SamplingOptions,
     TokenLogprob,
 )
@@ -36,6 +38,8 @@ from engine_worker.cpu_features import (
     resolve_dtype,
 )
 from engine_worker.dlfp_config import Device, DLFPConfig
+from engine_worker.grammar_check import GrammarVetter
+from engine_worker.prompt_prefix import encode_within
 
 logger = logging.getLogger("dlfp.engine")
 
@@ -74,6 +78,8 @@ class EngineSpec:
     """vLLM's reasoning parser name; None = thinking text stays in the content."""
     chat_template: Path | None = None
     """A Jinja file replacing the model's own chat template."""
+    grammar_compile_timeout_s: float = 10.0
+    """Longest a JSON schema or structural tag may take to compile (``check_grammar``)."""
 
 
 def _engine_args(spec: EngineSpec) -> Any:
@@ -289,6 +295,7 @@ class VLLMEngine:
         self._chat_template: str | None = None
         self._parser_cls: Any = None
         self._compact_json = False
+        self._grammar: GrammarVetter | None = None
 
     @property
     def is_ready(self) -> bool:
@@ -297,6 +304,12 @@ class VLLMEngine:
     @property
     def is_dead(self) -> bool:
         return self._closed or (self._llm is not None and bool(self._llm.errored))
+
+    @property
+    def num_unfinished_requests(self) -> int:
+        if self._llm is None:
+            return 0
+        return int(self._llm.output_processor.get_num_unfinished_requests())
 
     async def start(self) -> None:
         """Build the engine in a worker thread: the event loop keeps serving /health."""
@@ -310,6 +323,14 @@ class VLLMEngine:
             _max_token_bytes, self._tokenizer
         )
         await asyncio.to_thread(self._prepare_chat, llm)
+        structured = llm.vllm_config.structured_outputs_config
+        if structured.backend == "xgrammar":  # the vetter compiles as xgrammar does
+            self._grammar = GrammarVetter(
+                self.spec.model,
+                timeout_s=self.spec.grammar_compile_timeout_s,
+                vocab_size=llm.model_config.get_vocab_size(),
+                any_whitespace=not structured.disable_any_whitespace,
+            )
         self._llm = llm
         if self.spec.use_dlfp_scheduler:
             from engine_worker.channel import DLFPChannel
@@ -381,6 +402,8 @@ class VLLMEngine:
         if self._closed:
             return
         self._closed = True
+        if self._grammar is not None:
+            await self._grammar.close()
         if self._llm is None:
             # Still building (or never started): no AsyncLLM to shut down yet, but its
             # engine-core process may exist. Stop it now rather than wait for the build,
@@ -428,11 +451,19 @@ class VLLMEngine:
                 self._parser_cls, self._tokenizer, request, prompt_token_ids, self._compact_json
             )
 
+    @property
+    def tokenizer_lock(self) -> threading.Lock:
+        return self._tokenizer_lock
+
     def render_chat(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
     ) -> list[int]:
         """Thread-safe (the gateway calls it off the event loop); InvalidRequestError
-        for a conversation the model's template refuses."""
+        for a conversation the model's template refuses. The template is applied whole
+        (cheap beside BPE); ``max_tokens`` bounds the tokenizing, as in ``tokenize``."""
         from jinja2 import TemplateError
 
         from engine_worker.output_parser import template_messages
@@ -449,21 +480,32 @@ class VLLMEngine:
                     tokenize=False,
                     **extra,
                 )
-                return list(self._tokenizer.encode(text, add_special_tokens=False))
+                return encode_within(text, max_tokens, self._encode_rendered)
+        except PromptTooLongError:
+            raise
         except (TemplateError, ValueError, TypeError, KeyError) as exc:
             raise InvalidRequestError(
                 f"cannot render the conversation: {exc}", param="messages"
             ) from exc
 
-    def tokenize(self, text: str) -> list[int]:
+    def _encode_rendered(self, text: str) -> list[int]:
+        return list(self._tokenizer.encode(text, add_special_tokens=False))
+
+    def tokenize(self, text: str, max_tokens: int | None = None) -> list[int]:
         """Thread-safe; InvalidRequestError for text the tokenizer refuses (a lone
-        surrogate raises TypeError in the Rust tokenizer)."""
+        surrogate raises TypeError in the Rust tokenizer); with ``max_tokens``, a text
+        a prefix proves longer raises PromptTooLongError (``prompt_prefix``)."""
         self._require()
         try:
             with self._tokenizer_lock:
-                return list(self._tokenizer.encode(text))
+                return encode_within(text, max_tokens, self._encode)
+        except PromptTooLongError:
+            raise
         except (ValueError, TypeError) as exc:
             raise InvalidRequestError(f"cannot tokenize the prompt: {exc}", param="prompt") from exc
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self._tokenizer.encode(text))
 
     async def submit(
         self,
@@ -524,6 +566,13 @@ class VLLMEngine:
             if not finished and not self.is_dead:
                 # The consumer left early (client disconnect): free the engine's slot.
                 await self._llm.abort(collector.request_id, internal=True)
+
+    async def check_grammar(self, kind: GrammarKind, spec: str) -> None:
+        """Compiled first in the vetter's own worker (killed at the time-out), since
+        vLLM's compile cannot be interrupted; a no-op with a backend other than xgrammar."""
+        self._require()
+        if self._grammar is not None:
+            await self._grammar.check(kind, spec)
 
     async def abort(self, request_id: str) -> None:
         if self._llm is not None and not self.is_dead:

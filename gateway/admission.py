@@ -4,11 +4,20 @@ an SLO check that turns away early a request that would miss its TTFT target.
 Plain asyncio, no HTTP: ``async with admission.slot(...)`` waits for a slot or
 raises ``AdmissionRejected``, which one exception handler maps to 429/503.
 
-The TTFT prediction (``ttft_estimate``): a fixed per-request latency plus a time
-per token of the prefill work ahead of a request (prompt tokens of requests admitted
-but not yet streaming, plus those queued before it) and its own prompt. A request
+The TTFT prediction has two parts. The wait for a slot: the slots that must free
+before a request fits (the weights of the active requests and of those queued before
+it, against ``max_concurrent``) at the measured rate slots free while the gateway is
+full (``ttft_estimate.ServiceRate``). Then the time from admission to first token
+(``ttft_estimate.TTFTEstimate``): a fixed per-request latency plus a time per token of
+the prefill work ahead (prompt tokens admitted but not yet streaming, plus those
+queued before it) and its own prompt. A request is refused for the SLO on arrival, and
+a queued one as soon as its time waited plus the prediction exceeds the objective
+(checked every ``SLO_RECHECK_S``); ``max_queue_wait_s`` stays the backstop. A request
 with nothing ahead of it is never refused for the SLO: refusing it would help no one,
 and a refused prompt never adds the sample that would correct the estimate.
+
+An ``n``-choice request takes ``n`` slots (at most ``max_concurrent``): it streams
+``n`` sequences, and the engine's work is theirs.
 """
 
 from __future__ import annotations
@@ -24,7 +33,10 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.ttft_estimate import TTFTEstimate
+from gateway.ttft_estimate import ServiceRate, TTFTEstimate
+
+SLO_RECHECK_S = 0.25
+"""How often a queued request's SLO prediction is checked again."""
 
 
 class AdmissionLimits(BaseModel):
@@ -65,6 +77,9 @@ class _Waiter:
     seq: int
     prefill_tokens: int = field(compare=False)
     future: asyncio.Future[None] = field(compare=False)
+    num_slots: int = field(compare=False, default=1)
+    arrival_s: float = field(compare=False, default=0.0)
+    ttft_slo_s: float | None = field(compare=False, default=None)
 
 
 @dataclass
@@ -77,6 +92,9 @@ class Ticket:
     admitted_s: float
     queue_s: float
     _admission: Admission
+    measured: bool = True
+    """Whether its first token is a sample of prefill time (not when a grammar compile
+    or other non-prefill wait comes before it)."""
     _prefilled: bool = False
 
     def first_token(self) -> None:
@@ -100,24 +118,6 @@ class Reservation:
             self._admission._num_reserved -= 1
 
 
-class _Rate:
-    """Work per busy second, as an exponentially weighted average."""
-
-    def __init__(self, alpha: float = 0.2) -> None:
-        self.alpha = alpha
-        self.value: float | None = None
-        self.samples = 0
-
-    def add(self, amount: float, seconds: float) -> None:
-        if seconds <= 0:
-            return
-        rate = amount / seconds
-        self.value = (
-            rate if self.value is None else self.alpha * rate + (1 - self.alpha) * self.value
-        )
-        self.samples += 1
-
-
 def _granted(future: asyncio.Future[None]) -> bool:
     return future.done() and not future.cancelled() and future.exception() is None
 
@@ -134,8 +134,7 @@ class Admission:
         self._pending_prefill = 0
         self._num_reserved = 0
         self.ttft_estimate = TTFTEstimate()
-        self._last_release: float | None = None
-        self.service_rate = _Rate()
+        self.service_rate = ServiceRate(clock)
         self.draining = False
 
     @property
@@ -168,14 +167,38 @@ class Admission:
             return 1
         return max(1, min(120, math.ceil((self.num_queued + 1) / rate)))
 
-    def _tokens_ahead(self, priority: int) -> int:
-        queued = sum(w.prefill_tokens for w in self._queue if w.priority <= priority)
+    def _ahead(self, priority: int, waiter: _Waiter | None = None) -> list[_Waiter]:
+        """Queued requests served before a new one of ``priority``, or before ``waiter``."""
+        if waiter is not None:
+            return [w for w in self._queue if w < waiter]
+        return [w for w in self._queue if w.priority <= priority]
+
+    def _tokens_ahead(self, priority: int, waiter: _Waiter | None = None) -> int:
+        queued = sum(w.prefill_tokens for w in self._ahead(priority, waiter))
         return self._pending_prefill + queued
 
-    def predicted_ttft_s(self, prefill_tokens: int, priority: int) -> float | None:
+    def _slot_wait_s(self, num_slots: int, ahead: list[_Waiter]) -> float:
+        """Seconds until ``num_slots`` are free for a request behind ``ahead``."""
+        needed = self._active + sum(w.num_slots for w in ahead) + num_slots
+        needed -= self.limits.max_concurrent
+        if needed <= 0:
+            return 0.0
+        rate = self.service_rate.value
+        # NOTE: no rate measured yet (the gateway was never full): no wait is predicted,
+        # so nothing is refused for a wait the gateway has not yet measured.
+        return needed / rate if rate else 0.0
+
+    def predicted_ttft_s(
+        self, prefill_tokens: int, priority: int, num_slots: int = 1, waiter: _Waiter | None = None
+    ) -> float | None:
+        """The slot wait plus admission to first token; None until enough is measured."""
         if self.ttft_estimate.num_samples < self.limits.min_slo_samples:
             return None
-        return self.ttft_estimate.predict_s(self._tokens_ahead(priority) + prefill_tokens)
+        ahead = self._ahead(priority, waiter)
+        prefill_s = self.ttft_estimate.predict_s(
+            self._tokens_ahead(priority, waiter) + prefill_tokens
+        )
+        return self._slot_wait_s(num_slots, ahead) + prefill_s
 
     def update_limits(self, limits: AdmissionLimits) -> None:
         self.limits = limits
@@ -188,42 +211,76 @@ class Admission:
         priority: int = 0,
         ttft_slo_s: float | None = None,
         reservation: Reservation | None = None,
+        num_slots: int = 1,
+        measured: bool = True,
     ) -> AsyncIterator[Ticket]:
-        """Hold a stream slot for the body of the ``async with``."""
+        """Hold ``num_slots`` stream slots for the body of the ``async with``."""
         arrival = self._clock()
         if reservation is not None:
             # Taken over here, in the same step that queues or admits the request.
             reservation.release()
-        self._check_admissible(prefill_tokens, priority, ttft_slo_s)
-        if self._active < self.limits.max_concurrent and not self._queue:
-            self._active += 1
+        num_slots = max(1, min(num_slots, self.limits.max_concurrent))
+        self._check_admissible(prefill_tokens, priority, ttft_slo_s, num_slots)
+        if self._fits(num_slots) and not self._queue:
+            self._active += num_slots
         else:
-            await self._wait(prefill_tokens, priority)
+            waiter = _Waiter(
+                priority,
+                next(self._seq),
+                prefill_tokens,
+                asyncio.get_running_loop().create_future(),
+                num_slots,
+                arrival,
+                ttft_slo_s,
+            )
+            await self._wait(waiter)
         self._pending_prefill += prefill_tokens
         now = self._clock()
-        ticket = Ticket(prefill_tokens, self._pending_prefill, now, now - arrival, self)
+        ticket = Ticket(prefill_tokens, self._pending_prefill, now, now - arrival, self, measured)
         try:
             yield ticket
         finally:
             if not ticket._prefilled:
                 self._pending_prefill = max(0, self._pending_prefill - prefill_tokens)
-            self._active -= 1
-            self._record_release()
+            self._active -= num_slots
+            self.service_rate.released(num_slots, saturated=bool(self._queue))
             self._wake()
 
+    def _fits(self, num_slots: int) -> bool:
+        return self._active == 0 or self._active + num_slots <= self.limits.max_concurrent
+
+    def _slo_refusal(self, predicted_s: float, ttft_slo_s: float) -> AdmissionRejected:
+        return AdmissionRejected(
+            "slo",
+            f"predicted time to first token {predicted_s:.1f} s exceeds the "
+            f"{ttft_slo_s:.1f} s objective",
+            self.retry_after_s(),
+        )
+
     def _check_admissible(
-        self, prefill_tokens: int, priority: int, ttft_slo_s: float | None
+        self, prefill_tokens: int, priority: int, ttft_slo_s: float | None, num_slots: int
     ) -> None:
         self.check_capacity()
-        if self.limits.slo_check and ttft_slo_s is not None and self._tokens_ahead(priority):
-            predicted = self.predicted_ttft_s(prefill_tokens, priority)
+        if not self.limits.slo_check or ttft_slo_s is None:
+            return
+        if self._tokens_ahead(priority) or not self._fits(num_slots) or self._queue:
+            predicted = self.predicted_ttft_s(prefill_tokens, priority, num_slots)
             if predicted is not None and predicted > ttft_slo_s:
-                raise AdmissionRejected(
-                    "slo",
-                    f"predicted time to first token {predicted:.1f} s exceeds the "
-                    f"{ttft_slo_s:.1f} s objective",
-                    self.retry_after_s(),
-                )
+                raise self._slo_refusal(predicted, ttft_slo_s)
+
+    def _slo_lost(self, waiter: _Waiter) -> AdmissionRejected | None:
+        """The refusal of a queued request whose wait so far plus its predicted TTFT
+        exceeds its objective; None while it may still make it."""
+        slo_s = waiter.ttft_slo_s
+        if not self.limits.slo_check or slo_s is None:
+            return None
+        predicted = self.predicted_ttft_s(
+            waiter.prefill_tokens, waiter.priority, waiter.num_slots, waiter
+        )
+        if predicted is None:
+            return None
+        total = self._clock() - waiter.arrival_s + predicted
+        return self._slo_refusal(total, slo_s) if total > slo_s else None
 
     def check_capacity(self) -> None:
         """The cheap refusals (draining, concurrency, queue full), before any tokenizing.
@@ -244,31 +301,40 @@ class Admission:
                     "queue_full", "the wait queue is full", self.retry_after_s()
                 )
 
-    async def _wait(self, prefill_tokens: int, priority: int) -> None:
-        """Queue until ``_wake`` reserves a slot for us (it counts it in ``_active``)."""
-        waiter = _Waiter(
-            priority, next(self._seq), prefill_tokens, asyncio.get_running_loop().create_future()
-        )
+    async def _wait(self, waiter: _Waiter) -> None:
+        """Queue until ``_wake`` reserves our slots (it counts them in ``_active``), the
+        SLO is lost, or ``max_queue_wait_s`` passes."""
         heapq.heappush(self._queue, waiter)
+        deadline = waiter.arrival_s + self.limits.max_queue_wait_s
         try:
-            done, _ = await asyncio.wait({waiter.future}, timeout=self.limits.max_queue_wait_s)
+            while True:
+                timeout = min(SLO_RECHECK_S, max(0.0, deadline - self._clock()))
+                done, _ = await asyncio.wait({waiter.future}, timeout=timeout)
+                if done:
+                    break
+                if self._clock() >= deadline:
+                    self._give_up(waiter)
+                    raise AdmissionRejected(
+                        "queue_timeout", "no stream slot freed in time", self.retry_after_s()
+                    )
+                if (refusal := self._slo_lost(waiter)) is not None:
+                    self._give_up(waiter)
+                    raise refusal
         except asyncio.CancelledError:
             # The client left while queued. NOTE: if a slot was reserved for it in
             # the meantime, hand that slot to the next waiter instead of leaking it.
             if _granted(waiter.future):
-                self._active -= 1
+                self._active -= waiter.num_slots
                 self._wake()
             else:
-                self._drop(waiter)
-                waiter.future.cancel()
+                self._give_up(waiter)
             raise
-        if not done:
-            self._drop(waiter)
-            waiter.future.cancel()
-            raise AdmissionRejected(
-                "queue_timeout", "no stream slot freed in time", self.retry_after_s()
-            )
         waiter.future.result()  # raises the draining rejection, if that is what woke us
+
+    def _give_up(self, waiter: _Waiter) -> None:
+        self._drop(waiter)
+        waiter.future.cancel()
+        self._wake()  # a heavy request leaving the head may let lighter ones in
 
     def _drop(self, waiter: _Waiter) -> None:
         if waiter in self._queue:
@@ -277,11 +343,16 @@ class Admission:
 
     def _wake(self) -> None:
         """Reserve free slots for the best waiters, in priority then arrival order."""
-        while self._active < self.limits.max_concurrent and self._queue:
-            waiter = heapq.heappop(self._queue)
-            if not waiter.future.done():
-                self._active += 1
-                waiter.future.set_result(None)
+        while self._queue:
+            waiter = self._queue[0]
+            if waiter.future.done():
+                heapq.heappop(self._queue)
+                continue
+            if not self._fits(waiter.num_slots):
+                return
+            heapq.heappop(self._queue)
+            self._active += waiter.num_slots
+            waiter.future.set_result(None)
 
     def reject_all_queued(self) -> None:
         """Draining: refuse new requests and every queued one at once."""
@@ -296,11 +367,6 @@ class Admission:
     # --- measurements ---
 
     def _prefill_done(self, ticket: Ticket) -> None:
-        self.ttft_estimate.add(ticket.tokens_ahead, self._clock() - ticket.admitted_s)
+        if ticket.measured:
+            self.ttft_estimate.add(ticket.tokens_ahead, self._clock() - ticket.admitted_s)
         self._pending_prefill = max(0, self._pending_prefill - ticket.prefill_tokens)
-
-    def _record_release(self) -> None:
-        now = self._clock()
-        if self._last_release is not None:
-            self.service_rate.add(1, now - self._last_release)
-        self._last_release = now

@@ -49,6 +49,9 @@ def create_app(
         watch=EngineWatch(settings.engine_stall_s),
     )
 
+    # Read at scrape time: the engine's own count, not the gateway's bookkeeping.
+    state.metrics.engine_unfinished.set_function(lambda: engine.num_unfinished_requests)
+
     def on_hung(message: str) -> None:
         state.engine_error = message
 

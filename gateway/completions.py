@@ -5,7 +5,8 @@
 1. the cheap checks: readiness and draining, the right to a priority below 0, the
    model, the concurrency and queue-full refusals (a reservation then counts the
    request until admission takes it), a prompt too long by its size alone;
-2. templating and tokenizing, off the event loop (a body may be 1 MiB);
+2. templating and tokenizing, off the event loop (a body may be 1 MiB), a prompt
+   whose prefix proves it too long refused after that prefix;
 3. admission, whose SLO check needs the token count, raced against the client leaving;
 4. submission under the gateway's own unique id (``X-Request-Id`` is only echoed
    and logged: two clients may send the same one);
@@ -13,29 +14,32 @@
    unfinished, frees the slot and records the outcome, the metrics and the log line.
 
 A non-streamed reply is collected while watching for the client leaving and for the
-drain deadline; a stream that fails, or is cut at the drain deadline, ends with an
-OpenAI error event and ``[DONE]``.
+drain deadline, then built and serialized in a worker thread; a stream that fails, or
+is cut at the drain deadline, ends with an OpenAI error event and ``[DONE]``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
+from contextlib import AbstractContextManager, AsyncExitStack
 
 from fastapi import Request
-from fastapi.responses import Response
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
-from engine_worker.api import ChoiceDelta, EngineDeadError, SamplingOptions
+from engine_worker.api import ChoiceDelta, EngineDeadError, InvalidRequestError, SamplingOptions
 from gateway.admission import AdmissionRejected, ClientDisconnected, Reservation, Ticket
 from gateway.auth import bearer_token, key_matches
 from gateway.errors import APIError, outcome_of
 from gateway.measured_stream import MeasuredStream
 from gateway.openai_format import Formatter, usage
 from gateway.openai_request import EndpointInput
+from gateway.protocol import ChatCompletion, Completion, Usage
 from gateway.sse import DONE, event, sse_response
 from gateway.state import GatewayState
 
@@ -75,8 +79,9 @@ class Completions:
             options = given.options(len(prompt_ids), engine, gateway.settings.max_tokens_limit)
             if not given.body.stream:
                 self._check_reply_size(options)
+            await self._check_grammar(given, options)
             stack = AsyncExitStack()
-            ticket = await self._admit(len(prompt_ids), priority, stack, reservation)
+            ticket = await self._admit(len(prompt_ids), priority, stack, reservation, options)
         finally:
             reservation.release()
         completion_id = f"{given.id_prefix}-{uuid.uuid4().hex}"
@@ -124,20 +129,41 @@ class Completions:
                 param="max_tokens",
             )
 
+    async def _check_grammar(self, given: EndpointInput, options: SamplingOptions) -> None:
+        """Compile the grammar apart first: vLLM's compile has no time-out, on one worker."""
+        check = self.gateway.engine.check_grammar
+        try:
+            if options.structural_tag is not None:  # it wins over json_schema in the engine
+                await check("structural_tag", options.structural_tag)
+            elif options.json_schema is not None:
+                await check("json_schema", json.dumps(options.json_schema))
+        except InvalidRequestError as exc:
+            fmt = given.body.response_format
+            own = fmt.json_schema.schema_ if fmt is not None and fmt.json_schema else None
+            is_own = options.structural_tag is None and options.json_schema == own
+            raise InvalidRequestError(str(exc), "response_format" if is_own else "tools") from exc
+
     async def _admit(
         self,
         num_prompt_tokens: int,
         priority: int,
         stack: AsyncExitStack,
         reservation: Reservation,
+        options: SamplingOptions,
     ) -> Ticket:
-        """Wait for a slot, unless the client leaves first (then the slot is never taken)."""
+        """Wait for a slot, unless the client leaves first (then the slot is never taken).
+
+        An ``n``-choice request takes ``n`` slots. A structured output's first token
+        waits for its grammar to compile too, so it is no sample of prefill time."""
         gateway = self.gateway
+        structured = options.json_schema is not None or options.structural_tag is not None
         slot = gateway.admission.slot(
             prefill_tokens=num_prompt_tokens,
             priority=priority,
             ttft_slo_s=gateway.dlfp.ttft_slo_ms / 1000,
             reservation=reservation,
+            num_slots=options.n,
+            measured=not (structured or options.json_object),
         )
         gateway.metrics.queued_requests.inc()
         acquire = asyncio.ensure_future(stack.enter_async_context(slot))
@@ -166,8 +192,9 @@ class Completions:
 
     # --- after submission ---
 
-    async def _reply(self, stream: MeasuredStream, fmt: Formatter) -> BaseModel:
-        """Collect the whole reply, unless the client leaves or the drain deadline passes."""
+    async def _reply(self, stream: MeasuredStream, fmt: Formatter) -> Response:
+        """Collect the whole reply, unless the client leaves or the drain deadline passes;
+        then build it and its body in a worker thread (``_reply_response``)."""
         collect = asyncio.ensure_future(_collect(stream, fmt.n))
         left = asyncio.ensure_future(_until_disconnected(self.request))
         cut = asyncio.ensure_future(self.gateway.streams_cut.wait())
@@ -175,7 +202,9 @@ class Completions:
             done, _ = await asyncio.wait({collect, left, cut}, return_when=asyncio.FIRST_COMPLETED)
             if collect in done:
                 deltas = collect.result()
-                return fmt.reply(deltas, usage(stream.num_prompt_tokens, stream.num_generated))
+                total = usage(stream.num_prompt_tokens, stream.num_generated)
+                lock = self.gateway.engine.tokenizer_lock
+                return await asyncio.to_thread(_reply_response, fmt, deltas, total, lock)
             if left in done:
                 raise ClientDisconnected()
             stream.outcome = "server_error"
@@ -209,6 +238,31 @@ class Completions:
             write_timeout_s=self.gateway.settings.stream_write_timeout_s,
             on_stalled=on_stalled,
         )
+
+
+def _reply_response(
+    fmt: Formatter,
+    deltas: list[list[ChoiceDelta]],
+    total: Usage,
+    tokenizer_lock: AbstractContextManager[object],
+) -> Response:
+    """The reply and its JSON body, byte for byte what FastAPI writes for the reply model
+    returned from its route; slow for a big reply (a model per token and alternative),
+    so run in a worker thread, and the route returns the body as it is."""
+    # NOTE: vLLM's parsers read the tokenizer: the vocabulary when built (a parser is
+    # built for each choice, here), and some decode or encode when parsing. HF fast
+    # tokenizers must not be used from two threads at once and templating and tokenizing
+    # run in worker threads too, so a reply read by parsers is built under the engine's
+    # tokenizer lock (held while the reply is built, not while it is serialized). Built
+    # on the event loop instead, the parsers would still meet those threads, unlocked.
+    with tokenizer_lock if fmt.has_parsers else contextlib.nullcontext():
+        reply = fmt.reply(deltas, total)
+    if isinstance(reply, ChatCompletion | Completion):
+        # Their routes declare them as ``response_model``: FastAPI then dumps the model
+        # with pydantic, by alias, unset and default fields included.
+        return Response(reply.model_dump_json(by_alias=True), media_type="application/json")
+    # /v1/responses declares none: FastAPI encodes the model and json.dumps the result.
+    return JSONResponse(jsonable_encoder(reply))
 
 
 async def _collect(stream: MeasuredStream, n: int) -> list[list[ChoiceDelta]]:

@@ -52,5 +52,6 @@ def build_engine(
         tool_call_parser=settings.tool_call_parser,
         reasoning_parser=settings.reasoning_parser,
         chat_template=settings.chat_template,
+        grammar_compile_timeout_s=settings.grammar_compile_timeout_s,
     )
     return VLLMEngine(spec)

@@ -67,7 +67,7 @@ REQUEST_BUCKETS_S: tuple[float, ...] = (
     600.0,
 )
 
-OUTCOMES = ("ok", "client_error", "shed", "aborted", "server_error")
+OUTCOMES = ("ok", "client_error", "shed", "aborted", "client_stalled", "server_error")
 REJECTION_REASONS = ("concurrency", "queue_full", "queue_timeout", "slo", "draining")
 
 
@@ -85,6 +85,7 @@ class GatewayMetrics:
     admin_changes: Counter
     active_requests: Gauge
     queued_requests: Gauge
+    engine_unfinished: Gauge
     controller_cap: Gauge
     controller_observation: Gauge
     controller_target: Gauge
@@ -154,6 +155,12 @@ def build_metrics(
         ),
         queued_requests=Gauge(
             "dlfp_queued_requests", "Requests waiting for admission.", registry=r
+        ),
+        engine_unfinished=Gauge(
+            "dlfp_engine_unfinished_requests",
+            "Requests the engine still holds state for (vLLM's output processor); "
+            "above dlfp_active_requests for long, it counts leaked requests.",
+            registry=r,
         ),
         controller_cap=Gauge(
             "dlfp_controller_cap_tokens",

@@ -136,6 +136,11 @@ class Formatter:
     def _stream_finish_reason(self, delta: ChoiceDelta) -> str | None:
         return delta.finish_reason
 
+    @property
+    def has_parsers(self) -> bool:
+        """Whether the output is read by the engine's parsers (which use its tokenizer)."""
+        return False
+
     def reply(self, deltas: list[list[ChoiceDelta]], usage: Usage) -> BaseModel:
         raise NotImplementedError
 
@@ -167,6 +172,10 @@ class ChatFormatter(Formatter):
         self._called: set[int] = set()
         self._is_named = body.tools is not None and not isinstance(body.tool_choice, str | None)
         self._include_reasoning = body.include_reasoning
+
+    @property
+    def has_parsers(self) -> bool:
+        return self._new_parser is not None
 
     def _parser(self, index: int) -> OutputParser | None:
         if self._new_parser is None:

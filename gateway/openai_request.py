@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from engine_worker.api import ChatOutput, Engine, SamplingOptions
+from engine_worker.api import ChatOutput, Engine, PromptTooLongError, SamplingOptions
 from gateway.errors import APIError
 from gateway.openai_format import ChatFormatter, CompletionFormatter, Formatter
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, ResponseFormat
@@ -161,7 +162,10 @@ class _Input(Generic[BodyT]):
             check_schema(fmt.json_schema.schema_, param, max_depth, max_bytes)
 
     def check_size(self, engine: Engine) -> None:
-        """Refuse, before tokenizing, a prompt whose size alone proves it too long."""
+        """Refuse, before tokenizing, a prompt whose size alone proves it too long.
+
+        Only a vocabulary of short entries makes this fire (a real model's longest
+        entry is a hundred bytes or more); ``prompt_ids`` then bounds the tokenizing."""
         max_token_bytes = engine.info.extra.get("max_token_bytes")
         if not isinstance(max_token_bytes, int) or max_token_bytes <= 0:
             return
@@ -175,6 +179,17 @@ class _Input(Generic[BodyT]):
 
     def prompt_ids(self, engine: Engine) -> list[int]:
         raise NotImplementedError
+
+    def _within_context(self, engine: Engine, tokenize: Callable[[int], list[int]]) -> list[int]:
+        """``tokenize(max_tokens)``, for the most tokens a prompt that fits may have (one
+        is left to generate); a prompt whose prefix proves it longer is refused, having
+        tokenized a bounded prefix only (``engine_worker.prompt_prefix``)."""
+        limit = engine.info.max_model_len
+        try:
+            return tokenize(limit - 1)
+        except PromptTooLongError as exc:
+            num = exc.num_tokens_at_least
+            raise context_exceeded(num, limit, self.prompt_param, at_least=True) from exc
 
     def requested_max_tokens(self) -> int | None:
         return self.body.requested_max_tokens()
@@ -254,7 +269,8 @@ class ChatInput(_Input[ChatCompletionRequest]):
         return size + (len(json.dumps(self.tools).encode()) if self.tools else 0)
 
     def prompt_ids(self, engine: Engine) -> list[int]:
-        ids = engine.render_chat(self.messages, self.tools or None)
+        tools = self.tools or None
+        ids = self._within_context(engine, lambda n: engine.render_chat(self.messages, tools, n))
         self.output = engine.chat_output(self._output_request(), ids)
         return ids
 
@@ -316,7 +332,8 @@ class CompletionInput(_Input[CompletionRequest]):
 
     def prompt_ids(self, engine: Engine) -> list[int]:
         if isinstance(self.prompt, str):
-            return engine.tokenize(self.prompt)
+            text = self.prompt
+            return self._within_context(engine, lambda n: engine.tokenize(text, n))
         return [int(t) for t in self.prompt]
 
     def requested_max_tokens(self) -> int | None:

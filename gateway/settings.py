@@ -170,6 +170,8 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
     compiles each schema to a grammar with no time-out, on a worker every request shares."""
     max_schema_bytes: int = Field(default=65_536, ge=64)
     """Largest JSON schema, bytes of compact JSON (a tool's parameters or response_format)."""
+    grammar_compile_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    """Longest a request's grammar (schema, forced tool call) may take to compile; 400 past it."""
 
     def dlfp_config(self, device: Device) -> DLFPConfig:
         """The controller settings in force at start: explicit values over device defaults.

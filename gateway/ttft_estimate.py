@@ -1,4 +1,5 @@
-"""The admission estimate of a request's time to first token.
+"""The admission estimate of a request's time to first token: the wait for a slot
+(``ServiceRate``) and the time from admission to first token (``TTFTEstimate``).
 
 ``TTFT = fixed_s + per_token_s * tokens``, where ``tokens`` is the prompt work ahead
 of a request at admission plus its own prompt. Each sample is one request: those
@@ -15,6 +16,43 @@ fixed, refusing nothing for its length alone until longer prompts are measured.
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+class ServiceRate:
+    """Slots freed per second while the gateway is full, an exponentially weighted average.
+
+    NOTE: only releases with requests waiting count, each against the previous such
+    release. An interval that spans an idle spell measures the clients, not the
+    gateway, and would predict long waits, and refusals, right after it.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, alpha: float = 0.2) -> None:
+        self.alpha = alpha
+        self.value: float | None = None
+        self.samples = 0
+        self._clock = clock
+        self._last_s: float | None = None
+
+    def released(self, num_slots: int, saturated: bool) -> None:
+        now = self._clock()
+        if not saturated:
+            self._last_s = None
+            return
+        if self._last_s is not None and now > self._last_s:
+            self.add(num_slots, now - self._last_s)
+        self._last_s = now
+
+    def add(self, amount: float, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        rate = amount / seconds
+        self.value = (
+            rate if self.value is None else self.alpha * rate + (1 - self.alpha) * self.value
+        )
+        self.samples += 1
 
 
 class TTFTEstimate:

@@ -8,6 +8,7 @@ Nothing here stands in for the real engine's behaviour.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,12 +19,15 @@ from engine_worker.api import (
     EngineDeadError,
     EngineInfo,
     GenerationChunk,
+    GrammarKind,
     InvalidRequestError,
     SamplingOptions,
     TokenLogprob,
 )
 from engine_worker.dlfp_config import DLFPConfig
+from engine_worker.prompt_prefix import encode_within
 
+BAD_GRAMMAR = "__bad_grammar__"
 WORDS = ["fake", " token", " stream", " from", " the", " fake", " engine", "."]
 
 
@@ -49,6 +53,9 @@ class FakeEngine:
         self.failure: Exception = EngineDeadError("fake engine died")
         self.tokenize_delay_s = tokenize_delay_s
         self.num_tokenized = 0
+        self.encoded_lengths: list[int] = []
+        """The length of every text (or prefix) tokenized, in characters."""
+        self.tokenizer_lock = threading.Lock()
         self.dlfp_config = DLFPConfig()
         self.num_dlfp_resets = 0
         self.dlfp_failure: Exception | None = None
@@ -57,6 +64,7 @@ class FakeEngine:
         """What ``chat_output`` returns; a test may set a parser here."""
         self.output_requests: list[dict[str, Any]] = []
         self.rendered_tools: list[dict[str, Any]] | None = None
+        self.checked_grammars: list[tuple[GrammarKind, str]] = []
 
     @property
     def is_ready(self) -> bool:
@@ -65,6 +73,10 @@ class FakeEngine:
     @property
     def is_dead(self) -> bool:
         return self._dead
+
+    @property
+    def num_unfinished_requests(self) -> int:
+        return len(self.running)
 
     def kill(self) -> None:
         self._dead = True
@@ -76,25 +88,40 @@ class FakeEngine:
         self._ready = False
 
     def render_chat(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
     ) -> list[int]:
         self.rendered_tools = tools
         text = "".join(f"<{m['role']}>{m['content']}" for m in messages)
-        return self.tokenize(text)
+        return self.tokenize(text, max_tokens)
 
     def chat_output(self, request: dict[str, Any], prompt_token_ids: list[int]) -> ChatOutput:
         self.output_requests.append(request)
         return self.output
 
-    def tokenize(self, text: str) -> list[int]:
-        """Blocks for ``tokenize_delay_s``, and refuses what the real tokenizer refuses."""
+    def tokenize(self, text: str, max_tokens: int | None = None) -> list[int]:
+        """Blocks for ``tokenize_delay_s``, and refuses what the real tokenizer refuses;
+        one token a character, bounded by ``max_tokens`` as the real engine is."""
         self.num_tokenized += 1
         time.sleep(self.tokenize_delay_s)
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
             raise TypeError("TextEncodeInput must be Union[TextInputSequence, ...]") from None
+        return encode_within(text, max_tokens, self._encode)
+
+    def _encode(self, text: str) -> list[int]:
+        self.encoded_lengths.append(len(text))
         return [ord(ch) % 1000 for ch in text]
+
+    async def check_grammar(self, kind: GrammarKind, spec: str) -> None:
+        """Refuses a spec containing ``BAD_GRAMMAR``, as the real one refuses a failing or
+        slow compile."""
+        self.checked_grammars.append((kind, spec))
+        if BAD_GRAMMAR in spec:
+            raise InvalidRequestError("the fake engine refuses this grammar")
 
     async def submit(
         self,

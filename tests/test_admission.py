@@ -149,6 +149,106 @@ def test_retry_after_follows_service_rate() -> None:
     assert admission.retry_after_s() == 1  # nothing observed yet
     for _ in range(5):
         clock.now += 4.0
-        admission._record_release()
+        admission.service_rate.released(1, saturated=True)
     assert admission.service_rate.value == pytest.approx(0.25)
     assert admission.retry_after_s() == 4
+
+
+def test_the_service_rate_counts_only_releases_while_requests_wait() -> None:
+    clock = FakeClock()
+    admission = Admission(AdmissionLimits(), clock=clock)
+    rate = admission.service_rate
+    for _ in range(3):
+        clock.now += 2.0
+        rate.released(1, saturated=True)
+    assert rate.value == pytest.approx(0.5)
+    rate.released(1, saturated=False)  # the queue emptied: an idle spell may follow
+    clock.now += 600.0
+    rate.released(1, saturated=True)  # the first release of the next busy spell
+    assert rate.value == pytest.approx(0.5)
+    clock.now += 2.0
+    rate.released(2, saturated=True)  # an n=2 request frees two slots
+    assert rate.value == pytest.approx(0.8 * 0.5 + 0.2 * 1.0)
+
+
+async def _warm(clock: FakeClock, admission: Admission) -> None:
+    for _ in range(2):
+        async with admission.slot(prefill_tokens=100, ttft_slo_s=100) as ticket:
+            clock.now += 0.2
+            ticket.first_token()
+    for _ in range(3):
+        clock.now += 10.0
+        admission.service_rate.released(1, saturated=True)  # 0.1 slot/s while full
+
+
+async def test_a_queued_request_is_refused_as_soon_as_its_slo_is_lost() -> None:
+    clock = FakeClock()
+    limits = AdmissionLimits(max_concurrent=1, max_queue=8, max_queue_wait_s=600, min_slo_samples=2)
+    admission = Admission(limits, clock=clock)
+    await _warm(clock, admission)
+    release = asyncio.Event()
+    holder = asyncio.create_task(_hold(admission, release, [], "holder"))
+    await asyncio.sleep(0)
+
+    async def queued() -> None:
+        async with admission.slot(prefill_tokens=100, ttft_slo_s=30.0):
+            pass
+
+    waiter = asyncio.create_task(queued())
+    await asyncio.sleep(0.05)
+    # One slot to free at 0.1 slot/s, 10 s, plus 0.2 s to the first token: it may make it.
+    assert admission.num_queued == 1 and not waiter.done()
+    clock.now += 25.0  # no slot freed for 25 s: 25 + 10.2 > 30
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    with pytest.raises(AdmissionRejected) as refused:
+        await waiter
+    assert refused.value.reason == "slo"
+    assert loop.time() - start < 1.0  # within a recheck, not at max_queue_wait_s
+    assert admission.num_queued == 0
+    release.set()
+    await holder
+
+
+async def test_the_wait_for_a_slot_counts_on_arrival() -> None:
+    """Four queued ahead at 0.1 slot/s: 50 s before a slot frees, refused on arrival."""
+    clock = FakeClock()
+    limits = AdmissionLimits(max_concurrent=1, max_queue=8, max_queue_wait_s=600, min_slo_samples=2)
+    admission = Admission(limits, clock=clock)
+    await _warm(clock, admission)
+    release = asyncio.Event()
+    tasks = [asyncio.create_task(_hold(admission, release, [], str(i))) for i in range(5)]
+    await asyncio.sleep(0)
+    assert admission.num_active == 1 and admission.num_queued == 4
+    with pytest.raises(AdmissionRejected) as refused:
+        async with admission.slot(prefill_tokens=10, ttft_slo_s=30.0):
+            pass
+    assert refused.value.reason == "slo"
+    release.set()
+    await asyncio.gather(*tasks)
+
+
+async def test_an_n_choice_request_takes_n_slots() -> None:
+    admission = Admission(AdmissionLimits(max_concurrent=4, max_queue=4))
+    async with admission.slot(prefill_tokens=10, num_slots=3):
+        assert admission.num_active == 3
+        admitted = asyncio.Event()
+
+        async def two() -> None:
+            async with admission.slot(prefill_tokens=10, num_slots=2):
+                admitted.set()
+
+        task = asyncio.create_task(two())
+        await asyncio.sleep(0.01)
+        assert not admitted.is_set() and admission.num_queued == 1  # 3 + 2 > 4
+    await task
+    assert admitted.is_set() and admission.num_active == 0
+    async with admission.slot(prefill_tokens=10, num_slots=8):  # at most max_concurrent
+        assert admission.num_active == 4
+
+
+async def test_a_first_token_after_a_non_prefill_wait_is_no_sample() -> None:
+    admission = Admission(AdmissionLimits())
+    async with admission.slot(prefill_tokens=10, measured=False) as ticket:
+        ticket.first_token()
+    assert admission.ttft_estimate.num_samples == 0

@@ -85,21 +85,24 @@ async def _until(predicate: Any, timeout_s: float) -> float:
 
 
 async def test_clients_that_stop_reading_free_their_slots() -> None:
-    async with served(max_concurrent=2, max_queue=0) as (base_url, app):
+    # Each stream asks n=8 (for volume), so takes 8 slots: two fill 16.
+    async with served(max_concurrent=16, max_queue=0) as (base_url, app):
         admission = app.state.gateway.admission
         port = int(base_url.rsplit(":", 1)[1])
         stalled = [_open_stream(port, 20_000, rcvbuf=4096) for _ in range(2)]
-        await _until(lambda: admission.num_active == 2, 10)
-        async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
-            body = {"model": "fake-model", "prompt": "hi", "max_tokens": 2}
-            assert (await client.post("/v1/completions", json=body)).status_code == 429
-            await _until(lambda: admission.num_active == 0, WRITE_TIMEOUT_S + 10)
-            assert (await client.post("/v1/completions", json=body)).status_code == 200
-            metrics = (await client.get("/metrics")).text
+        try:
+            await _until(lambda: admission.num_active == 16, 10)
+            async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
+                body = {"model": "fake-model", "prompt": "hi", "max_tokens": 2}
+                assert (await client.post("/v1/completions", json=body)).status_code == 429
+                await _until(lambda: admission.num_active == 0, WRITE_TIMEOUT_S + 10)
+                assert (await client.post("/v1/completions", json=body)).status_code == 200
+                metrics = (await client.get("/metrics")).text
+        finally:
+            for sock in stalled:  # else uvicorn's shutdown waits on them
+                sock.close()
         line = 'dlfp_requests_total{endpoint="completions",outcome="client_stalled"} 2.0'
         assert line in metrics
-        for sock in stalled:
-            sock.close()
 
 
 async def test_a_slow_reader_that_makes_progress_is_served_to_the_end() -> None:

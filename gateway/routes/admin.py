@@ -195,6 +195,7 @@ def _admission_view(gateway: GatewayState) -> dict[str, Any]:
         "state": {
             "num_active": a.num_active,
             "num_queued": a.num_queued,
+            "num_reserved": a.num_reserved,
             "draining": a.draining,
             "prefill_tokens_per_s": a.ttft_estimate.tokens_per_s(),
             "fixed_latency_s": a.ttft_estimate.fixed_s,

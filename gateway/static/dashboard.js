@@ -121,6 +121,10 @@
     for (const s of metrics.get("dlfp_requests_total") || []) {
       outcomes[s.labels.outcome] = (outcomes[s.labels.outcome] || 0) + s.value;
     }
+    const rejections = {};
+    for (const s of metrics.get("dlfp_admission_rejections_total") || []) {
+      rejections[s.labels.reason] = (rejections[s.labels.reason] || 0) + s.value;
+    }
     const snap = {
       t,
       itl: histogram(metrics, "dlfp_itl_seconds"),
@@ -157,6 +161,7 @@
     view = {
       snap,
       outcomes,
+      rejections,
       minuteAgeS: t - minuteBase.t,
       itlMinute: delta(snap.itl, minuteBase.itl),
       ttftMinute: delta(snap.ttft, minuteBase.ttft),
@@ -356,7 +361,9 @@
     byId("tile-ok-rate").textContent = `${fmt(view.okPerS)} req/s over ${WINDOW_S} s`;
     byId("tile-errors").textContent = fmt(notOk);
     const parts = [["client_error", "4xx"], ["server_error", "5xx"], ["shed", "shed"], ["aborted", "aborted"], ["client_stalled", "stalled"]];
-    byId("tile-errors-detail").textContent = parts.map(([k, name]) => `${name} ${fmt(outcomes[k] || 0)}`).join(" · ");
+    const shedBy = Object.entries(view.rejections).filter(([, v]) => v > 0).map(([k, v]) => `${k} ${fmt(v)}`);
+    byId("tile-errors-detail").textContent = parts.map(([k, name]) => `${name} ${fmt(outcomes[k] || 0)}`).join(" · ") +
+      (shedBy.length ? ` (shed: ${shedBy.join(", ")})` : "");
     byId("tile-tokens").textContent = fmt(snap.tokens);
     byId("tile-tokens-rate").textContent = `${fmt(view.tokensPerS)} tokens/s over ${WINDOW_S} s`;
     byId("tile-load").textContent = `${fmt(last.active)} / ${fmt(last.queued)}`;

@@ -1,0 +1,66 @@
+"""Proving a prompt too long from a prefix of it, before tokenizing all of it.
+
+A 900 KB prompt tokenized whole holds the tokenizer (one lock for every request) for
+half a second, though a context of a few thousand tokens cannot take it. ``encode_within``
+first tokenizes prefixes, from ``CHARS_PER_TOKEN`` characters per token of the limit
+and growing fourfold, and refuses the prompt as soon as one prefix alone has more
+than ``max_tokens + SLACK_TOKENS`` tokens; a text no prefix proves too long is then
+tokenized whole, as it would have been.
+
+Why no prompt that fits is refused: each prefix ends just before a space (U+0020)
+that follows a character other than whitespace. The pre-tokenizers of byte-level
+BPE (GPT-2's, Llama 3's and Qwen's split patterns) never put such a space in the
+same piece as the character before it (a space only ever begins a piece), and
+SentencePiece models split by whitespace have no piece in which a ``▁`` follows
+another character than ``▁``. So the prefix's pieces are exactly the whole text's
+first pieces, each tokenized alone: the prefix's tokens are the whole text's first
+tokens, never more (a BOS or EOS the tokenizer adds, it adds to both). The slack
+leaves room for a tokenizer outside these families whose last piece of the prefix
+merges differently (an added token with a space in it, cut in two).
+
+Text with no such space (Chinese or Japanese prose) has no cut and is tokenized
+whole, as before.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from engine_worker.api import PromptTooLongError
+
+CHARS_PER_TOKEN = 8
+"""The first prefix's characters per token of the limit: twice what English averages,
+so a prompt past the context is caught by the first prefix."""
+SLACK_TOKENS = 32
+"""Tokens the prefix may have beyond the whole text's (0 for the families above)."""
+GROWTH = 4
+"""Each prefix is this many times longer than the one before: the prefixes of a
+prompt then cost at most a third more than tokenizing the last of them."""
+
+# Searched in the reversed text: a space whose preceding character is not whitespace.
+_CUT_REVERSED = re.compile(r" (?=\S)")
+
+
+def cut_before_space(text: str, size: int) -> int:
+    """The longest prefix of at most ``size`` characters that ends just before a space
+    following a character other than whitespace; 0 if there is none."""
+    found = _CUT_REVERSED.search(text[size::-1])
+    return 0 if found is None else size - found.start()
+
+
+def encode_within(
+    text: str, max_tokens: int | None, encode: Callable[[str], list[int]]
+) -> list[int]:
+    """``encode(text)``, unless a prefix already has more than ``max_tokens`` (+ slack)
+    tokens: then PromptTooLongError, with the number of tokens the whole text has at least."""
+    if max_tokens is not None:
+        size = (max_tokens + SLACK_TOKENS) * CHARS_PER_TOKEN
+        while size < len(text):
+            cut = cut_before_space(text, size)
+            if cut > 0:
+                num_at_least = len(encode(text[:cut])) - SLACK_TOKENS
+                if num_at_least > max_tokens:
+                    raise PromptTooLongError(num_at_least, max_tokens)
+            size *= GROWTH
+    return encode(text)
