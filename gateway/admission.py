@@ -54,6 +54,10 @@ class AdmissionLimits(BaseModel):
     """Longest a request waits for a slot before a 429."""
     slo_check: bool = True
     """Turn away requests predicted to miss ttft_slo_ms."""
+    slo_queue_check: bool = False
+    """Also predict the wait for a slot, and refuse a queued request as soon as its wait
+    plus prediction exceeds ttft_slo_ms. Off by default: on a burst of 300 streams it kept
+    the admitted requests' P99 TTFT within the objective but served fewer within it."""
     min_slo_samples: int = Field(default=4, ge=1)
     """Measured first tokens needed before the SLO check trusts its throughput."""
 
@@ -195,10 +199,11 @@ class Admission:
         if self.ttft_estimate.num_samples < self.limits.min_slo_samples:
             return None
         ahead = self._ahead(priority, waiter)
-        prefill_s = self.ttft_estimate.predict_s(
-            self._tokens_ahead(priority, waiter) + prefill_tokens
-        )
-        return self._slot_wait_s(num_slots, ahead) + prefill_s
+        wait_s = self._slot_wait_s(num_slots, ahead) if self.limits.slo_queue_check else 0.0
+        # NOTE: the prompts queued ahead are prefilled while this one waits for its slot;
+        # counting them again after the wait refused half of a burst the gateway served.
+        tokens = self._pending_prefill if wait_s > 0 else self._tokens_ahead(priority, waiter)
+        return wait_s + self.ttft_estimate.predict_s(tokens + prefill_tokens)
 
     def update_limits(self, limits: AdmissionLimits) -> None:
         self.limits = limits
@@ -272,7 +277,7 @@ class Admission:
         """The refusal of a queued request whose wait so far plus its predicted TTFT
         exceeds its objective; None while it may still make it."""
         slo_s = waiter.ttft_slo_s
-        if not self.limits.slo_check or slo_s is None:
+        if not (self.limits.slo_check and self.limits.slo_queue_check) or slo_s is None:
             return None
         predicted = self.predicted_ttft_s(
             waiter.prefill_tokens, waiter.priority, waiter.num_slots, waiter

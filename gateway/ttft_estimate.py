@@ -18,41 +18,50 @@ fixed, refusing nothing for its length alone until longer prompts are measured.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 
 
 class ServiceRate:
-    """Slots freed per second while the gateway is full, an exponentially weighted average.
+    """Slots freed per second while the gateway is full: the slots released in the last
+    ``window_s`` of a busy spell over the time they took, up to now.
 
-    NOTE: only releases with requests waiting count, each against the previous such
-    release. An interval that spans an idle spell measures the clients, not the
-    gateway, and would predict long waits, and refusals, right after it.
+    NOTE: only releases with requests waiting count, and a spell starts again after the
+    queue empties: an interval that spans an idle spell measures the clients, not the
+    gateway. Streams admitted together finish together, so rates between consecutive
+    releases swing from huge to tiny; a count over a window, ending now, does not.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, alpha: float = 0.2) -> None:
-        self.alpha = alpha
-        self.value: float | None = None
+    def __init__(self, clock: Callable[[], float] = time.monotonic, window_s: float = 30.0) -> None:
+        self.window_s = window_s
         self.samples = 0
         self._clock = clock
-        self._last_s: float | None = None
+        self._origin_s: float | None = None
+        self._releases: deque[tuple[float, int]] = deque()
 
     def released(self, num_slots: int, saturated: bool) -> None:
         now = self._clock()
         if not saturated:
-            self._last_s = None
+            self._origin_s = None
+            self._releases.clear()
             return
-        if self._last_s is not None and now > self._last_s:
-            self.add(num_slots, now - self._last_s)
-        self._last_s = now
-
-    def add(self, amount: float, seconds: float) -> None:
-        if seconds <= 0:
+        if self._origin_s is None:
+            self._origin_s = now  # the first release of a spell only starts the clock
             return
-        rate = amount / seconds
-        self.value = (
-            rate if self.value is None else self.alpha * rate + (1 - self.alpha) * self.value
-        )
+        self._releases.append((now, num_slots))
         self.samples += 1
+
+    @property
+    def value(self) -> float | None:
+        if self._origin_s is None or not self._releases:
+            return None
+        now = self._clock()
+        start = max(self._origin_s, now - self.window_s)
+        while self._releases and self._releases[0][0] < start:
+            self._releases.popleft()
+        if not self._releases or now <= start:
+            return None
+        return sum(n for _, n in self._releases) / (now - start)
 
 
 class TTFTEstimate:

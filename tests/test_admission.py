@@ -158,17 +158,21 @@ def test_the_service_rate_counts_only_releases_while_requests_wait() -> None:
     clock = FakeClock()
     admission = Admission(AdmissionLimits(), clock=clock)
     rate = admission.service_rate
-    for _ in range(3):
+    for _ in range(4):
         clock.now += 2.0
         rate.released(1, saturated=True)
-    assert rate.value == pytest.approx(0.5)
+    assert rate.value == pytest.approx(0.5)  # 3 slots in 6 s after the first release
+    clock.now += 6.0
+    assert rate.value == pytest.approx(0.25)  # no release since: the rate falls, not jumps
     rate.released(1, saturated=False)  # the queue emptied: an idle spell may follow
     clock.now += 600.0
     rate.released(1, saturated=True)  # the first release of the next busy spell
-    assert rate.value == pytest.approx(0.5)
-    clock.now += 2.0
-    rate.released(2, saturated=True)  # an n=2 request frees two slots
-    assert rate.value == pytest.approx(0.8 * 0.5 + 0.2 * 1.0)
+    assert rate.value is None
+    for _ in range(5):  # streams admitted together finish together
+        clock.now += 0.01
+        rate.released(2, saturated=True)
+    clock.now += 9.95
+    assert rate.value == pytest.approx(1.0)  # 10 slots over 10 s, not 200 a second
 
 
 async def _warm(clock: FakeClock, admission: Admission) -> None:
@@ -183,7 +187,9 @@ async def _warm(clock: FakeClock, admission: Admission) -> None:
 
 async def test_a_queued_request_is_refused_as_soon_as_its_slo_is_lost() -> None:
     clock = FakeClock()
-    limits = AdmissionLimits(max_concurrent=1, max_queue=8, max_queue_wait_s=600, min_slo_samples=2)
+    limits = AdmissionLimits(
+        max_concurrent=1, max_queue=8, max_queue_wait_s=600, min_slo_samples=2, slo_queue_check=True
+    )
     admission = Admission(limits, clock=clock)
     await _warm(clock, admission)
     release = asyncio.Event()
@@ -213,7 +219,9 @@ async def test_a_queued_request_is_refused_as_soon_as_its_slo_is_lost() -> None:
 async def test_the_wait_for_a_slot_counts_on_arrival() -> None:
     """Four queued ahead at 0.1 slot/s: 50 s before a slot frees, refused on arrival."""
     clock = FakeClock()
-    limits = AdmissionLimits(max_concurrent=1, max_queue=8, max_queue_wait_s=600, min_slo_samples=2)
+    limits = AdmissionLimits(
+        max_concurrent=1, max_queue=8, max_queue_wait_s=600, min_slo_samples=2, slo_queue_check=True
+    )
     admission = Admission(limits, clock=clock)
     await _warm(clock, admission)
     release = asyncio.Event()

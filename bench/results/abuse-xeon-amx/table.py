@@ -1,0 +1,32 @@
+"""The burst trials of this folder as one Markdown table.
+
+python bench/results/abuse-xeon-amx/table.py
+"""
+
+import json
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CODE = {
+    "before-fix": "queue check on, prefill of the queue counted twice",
+    "second-try": "queue check on, release-interval rate",
+    "queue-check": "queue check on, 30 s window rate",
+    ".": "as committed (queue check off by default)",
+}
+print(
+    "| trials | arm | served within SLO | 429 (queue_full / slo) "
+    "| admitted P99 TTFT | refusal P95 |"
+)
+print("| --- | --- | --- | --- | --- | --- |")
+for folder, what in CODE.items():
+    for path in sorted((HERE / folder).glob("burst-*.json")):
+        f = json.loads(path.read_text())["scenarios"][0]["figures"]
+        arm = path.stem.split("-", 2)[2]
+        label = "before (9ab756b)" if arm == "before" else f"after: {what}"
+        codes = f["by_code"]
+        print(
+            f"| {folder}/{path.stem} | {label} | {f['num_within_slo']} | "
+            f"{f['by_status'].get('429', 0)} "
+            f"({codes.get('queue_full', 0)} / {codes.get('slo', 0)}) | "
+            f"{f['ttft_ms']['p99'] / 1000:.1f} s | {f['refusal_ms']['p95'] / 1000:.2f} s |"
+        )
