@@ -3,6 +3,7 @@
 python bench/results/abuse-xeon-amx/table.py
 """
 
+import gzip
 import json
 from pathlib import Path
 
@@ -19,13 +20,14 @@ print(
 )
 print("| --- | --- | --- | --- | --- | --- |")
 for folder, what in CODE.items():
-    for path in sorted((HERE / folder).glob("burst-*.json")):
-        f = json.loads(path.read_text())["scenarios"][0]["figures"]
-        arm = path.stem.split("-", 2)[2]
+    for path in sorted((HERE / folder).glob("burst-*.json.gz")):
+        f = json.loads(gzip.decompress(path.read_bytes()))["scenarios"][0]["figures"]
+        stem = path.name.removesuffix(".json.gz")
+        arm = stem.split("-", 2)[2]
         label = "before (9ab756b)" if arm == "before" else f"after: {what}"
         codes = f["by_code"]
         print(
-            f"| {folder}/{path.stem} | {label} | {f['num_within_slo']} | "
+            f"| {folder}/{stem} | {label} | {f['num_within_slo']} | "
             f"{f['by_status'].get('429', 0)} "
             f"({codes.get('queue_full', 0)} / {codes.get('slo', 0)}) | "
             f"{f['ttft_ms']['p99'] / 1000:.1f} s | {f['refusal_ms']['p95'] / 1000:.2f} s |"
