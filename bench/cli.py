@@ -3,7 +3,8 @@
 ``bench`` runs trials; ``bench compare``, ``bench summary`` and ``bench plot``
 re-analyse the raw records; ``bench crosscheck`` runs vLLM's own benchmark client
 beside this one; ``bench vllm-server`` serves the baseline vLLM OpenAI server;
-``bench abuse`` runs bounded abuse scenarios against a gateway on loopback.
+``bench abuse`` runs bounded abuse scenarios against a gateway on loopback;
+``bench episodes`` replays interference episodes, every arm on one gateway, paired.
 ``--study FILE`` takes arms, rates and seeds from a study (``bench/studies/*.toml``).
 """
 
@@ -111,8 +112,10 @@ def run_handler(args: argparse.Namespace) -> int:
 
 
 def sweep_handler(args: argparse.Namespace) -> int:
+    from bench.blocks import block_run, check_resumable, plan_blocks, save_blocks
     from bench.endpoint import EndpointError
     from bench.plots import sweep_plots
+    from bench.protocols import PROTOCOLS
     from bench.report import save_summary
     from bench.sweep import (
         GOODPUT_TARGET,
@@ -126,13 +129,23 @@ def sweep_handler(args: argparse.Namespace) -> int:
 
     try:
         apply_study(args, sweep=True)
+        blocks = None
+        if args.block is not None:
+            if args.warmup is not None:
+                raise ValueError("--warmup does not go with --block (its first 20% are warm-up)")
+            default_num_requests = PROTOCOLS[args.protocol].num_requests
+            blocks = plan_blocks(args.block, args.seeds, args.num_requests, default_num_requests)
         if args.base_url:
             if args.rates is None:
                 raise ValueError("--rates is required to run trials")
             rates = parse_rates(args.rates)
             if args.stop_below is not None and not 0 < args.stop_below <= GOODPUT_TARGET:
                 raise ValueError(f"--stop-below: a goodput in (0, {GOODPUT_TARGET}]")
+            check_resumable(args.results, blocks)
             run = run_config_from(args)
+            if blocks is not None:
+                run = block_run(run, blocks)
+                save_blocks(args.results, blocks)
             counter = load_counter(args.tokenizer)
             asyncio.run(run_sweep(run, rates, counter, slo_from(args), args.stop_below))
     except (EndpointError, ValueError) as exc:
@@ -186,7 +199,7 @@ def compare_handler(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """``dlfp-gateway bench`` and its sub-commands."""
-    from bench import abuse, chunks, crosscheck, vllm_server
+    from bench import abuse, chunks, crosscheck, episodes, vllm_server
 
     bench = argparse.ArgumentParser(
         prog="dlfp-gateway bench",
@@ -199,13 +212,13 @@ def build_parser() -> argparse.ArgumentParser:
         dest="bench_command",
         required=False,
         title="sub-commands (none: run trials)",
-        metavar="{compare,summary,plot,sweep,chunks,crosscheck,vllm-server,abuse}",
+        metavar="{compare,summary,plot,sweep,episodes,chunks,crosscheck,vllm-server,abuse}",
     )
     sweep = sub.add_parser(
         "sweep",
         help="capacity under SLO: the protocol at several rates per arm",
         description="Run every arm at each rate (results in rate-<r>/), then report goodput, "
-        "TTFT and ITL per rate and the capacity (highest rate with goodput >= 90%%) per arm. "
+        "TTFT and ITL per rate and the capacity (highest rate with goodput >= 90%) per arm. "
         "Without --base-url, only re-analyses what is recorded.",
     )
     add_run_options(sweep)
@@ -221,6 +234,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="only bracket each arm's capacity: no rate above one where its goodput fell "
         "below GOODPUT (0 to 0.9), none below one where it met 90%%; default: every arm at "
         "every rate",
+    )
+    sweep.add_argument(
+        "--block",
+        type=int,
+        metavar="N",
+        help="run each rate in blocks of N requests per arm (N >= 30), every arm on each "
+        "block's schedule and prompts, arms alternating in an order rotated per block, the "
+        "server drained before every trial; the first 20%% of each block are warm-up "
+        "(not with --warmup). --num-requests is then the requests per arm and rate, in "
+        "ceil(num_requests / N) blocks seeded 9001, 9002, ... (or one per --seeds)",
     )
     sweep.add_argument(
         "--markdown", action="store_true", help="print the figures as a Markdown table"
@@ -251,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     chunks.add_parser(sub)
     vllm_server.add_parser(sub)
     abuse.add_parser(sub)
+    episodes.add_parser(sub)
     return bench
 
 

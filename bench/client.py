@@ -109,13 +109,20 @@ async def send_request(
     client: httpx.AsyncClient, settings: ClientSettings, spec: RequestSpec, t0: float
 ) -> RequestRecord:
     """Send one request now; never raises for a failed request (the record says why)."""
-    record = new_record(spec, settings.max_tokens)
+    return await stream_into(client, settings, new_record(spec, settings.max_tokens), t0)
+
+
+async def stream_into(
+    client: httpx.AsyncClient, settings: ClientSettings, record: RequestRecord, t0: float
+) -> RequestRecord:
+    """Send ``record``'s prompt now and fill ``record`` as the chunks arrive (so a caller
+    sees the first token while the stream runs); the exact token accounting at the end."""
     record.send_s = time.perf_counter() - t0
     try:
         async with client.stream(
             "POST",
             settings.url,
-            json=settings.payload(spec.prompt),
+            json=settings.payload(record.prompt),
             headers=settings.headers(),
             timeout=settings.request_timeout_s,
         ) as response:

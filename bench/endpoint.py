@@ -1,4 +1,5 @@
-"""Talking to the server outside the measured streams: readiness, model name, admin switch."""
+"""Talking to the server outside the measured streams: readiness, model name, admin switch,
+and waiting for the server to drain."""
 
 from __future__ import annotations
 
@@ -10,6 +11,14 @@ from typing import Any
 import httpx
 
 from bench.client import server_root
+from bench.scrape import parse_exposition
+
+DRAIN_GAUGES = (
+    "dlfp_active_requests",
+    "dlfp_queued_requests",
+    "dlfp_engine_unfinished_requests",
+)
+"""The gateway's gauges that are all 0 once it holds no request, queued or in the engine."""
 
 
 class EndpointError(RuntimeError):
@@ -40,6 +49,33 @@ async def wait_ready(
         if time.monotonic() >= deadline:
             raise EndpointError(f"{url} not ready after {timeout_s:.0f} s ({last})")
         await asyncio.sleep(1.0)
+
+
+async def wait_drained(
+    client: httpx.AsyncClient, base_url: str, timeout_s: float = 300.0, interval_s: float = 0.5
+) -> float:
+    """Poll ``GET /metrics`` until every one of ``DRAIN_GAUGES`` is 0; the seconds waited.
+
+    An endpoint without ``/metrics``, or without these gauges, counts as drained: it is not
+    this gateway, and there is nothing to wait for.
+    """
+    url = server_root(base_url) + "/metrics"
+    start = time.monotonic()
+    while True:
+        try:
+            response = await client.get(url, timeout=10.0)
+            if response.status_code != 200:
+                return time.monotonic() - start
+            values = parse_exposition(response.text, DRAIN_GAUGES)
+            busy = {name: value for name, value in values.items() if value != 0}
+            if not busy:
+                return time.monotonic() - start
+            last = ", ".join(f"{name} {value:g}" for name, value in busy.items())
+        except httpx.HTTPError as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        if time.monotonic() - start >= timeout_s:
+            raise EndpointError(f"{url}: not drained after {timeout_s:g} s ({last})")
+        await asyncio.sleep(interval_s)
 
 
 def parse_patch(text: str | None) -> dict[str, Any] | None:

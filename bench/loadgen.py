@@ -23,7 +23,13 @@ import httpx
 
 from bench.calibrate import calibrated_workload, write_host
 from bench.client import ClientSettings, send_request, server_root
-from bench.endpoint import apply_admin_patch, get_settings, reset_controller, wait_ready
+from bench.endpoint import (
+    apply_admin_patch,
+    get_settings,
+    reset_controller,
+    wait_drained,
+    wait_ready,
+)
 from bench.records import RequestRecord, Trial, recorded_trial, trial_path, write_trial
 from bench.scrape import MetricsPoller
 from bench.stats import request_gaps, ttft_s
@@ -60,6 +66,10 @@ class RunConfig:
     """Scale the long prompts to this share of the measured prefill throughput."""
     baseline_settings: dict[str, Any] | None = None
     """The server's DLFP settings before the first arm; every arm's patch applies to them."""
+    drain_between_trials: bool = False
+    """Before each trial, wait until the server holds no request (``wait_drained``)."""
+    drain_timeout_s: float = 300.0
+    """Give up (``EndpointError``) if the server has not drained by then."""
 
 
 class Progress:
@@ -125,8 +135,14 @@ async def run_trial(
     specs: list[RequestSpec],
     counter_name: str,
 ) -> Trial:
-    """Wait for the endpoint, switch the arm in (if it has a patch), send the workload."""
+    """Wait for the endpoint (and its drain, if asked), switch the arm in, send the workload."""
     await wait_ready(http, run.client.base_url, run.client.api_key, run.ready_timeout_s)
+    label = f"{arm.name} seed {seed}"
+    if run.drain_between_trials:
+        # NOTE: before the arm's PATCH and reset, so the controller starts on an empty server.
+        waited_s = await wait_drained(http, run.client.base_url, run.drain_timeout_s)
+        if waited_s >= 1.0:
+            print(f"[{label}] waited {waited_s:.0f} s for the server to drain", file=sys.stderr)
     admin_response = reset_response = None
     steps = StepPoller(http, run.client.base_url, run.admin_token)
     if arm.admin_patch is not None:
@@ -141,7 +157,6 @@ async def run_trial(
         await steps.start()
     salt = f"dlfp-bench-{arm.name}-{seed}-{uuid.uuid4().hex[:12]}" if run.use_cache_salt else None
     settings = replace(run.client, cache_salt=salt)
-    label = f"{arm.name} seed {seed}"
     print(
         f"[{label}] {len(specs)} requests ({run.workload.num_warmup} warm-up), "
         f"last send at {specs[-1].scheduled_s:.0f}s",

@@ -62,7 +62,8 @@ def add_results_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_endpoint_options(p: argparse.ArgumentParser) -> None:
+def add_server_options(p: argparse.ArgumentParser) -> None:
+    """Where the endpoint is, how to authenticate, and how long to wait for it."""
     p.add_argument(
         "--base-url", help="server root, e.g. http://127.0.0.1:8000 (a /v1 suffix is ok)"
     )
@@ -72,9 +73,21 @@ def add_endpoint_options(p: argparse.ArgumentParser) -> None:
         default=os.environ.get("OPENAI_API_KEY"),
         help="bearer key for /v1/* [env OPENAI_API_KEY]",
     )
-    p.add_argument("--max-tokens", type=int, help="generated tokens per request, exact (128)")
     p.add_argument("--request-timeout-s", type=float, default=900.0)
     p.add_argument("--ready-timeout-s", type=float, default=600.0)
+
+
+def add_admin_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--admin-token",
+        default=os.environ.get("DLFP_ADMIN_TOKEN"),
+        help="bearer token for /admin/* [env DLFP_ADMIN_TOKEN]",
+    )
+
+
+def add_endpoint_options(p: argparse.ArgumentParser) -> None:
+    add_server_options(p)
+    p.add_argument("--max-tokens", type=int, help="generated tokens per request, exact (128)")
     p.add_argument(
         "--no-token-ids",
         action="store_true",
@@ -123,11 +136,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         "--admin-patch",
         help='PATCH /admin/dlfp body for arms without their own, e.g. \'{"controller":"off"}\'',
     )
-    p.add_argument(
-        "--admin-token",
-        default=os.environ.get("DLFP_ADMIN_TOKEN"),
-        help="bearer token for /admin/* [env DLFP_ADMIN_TOKEN]",
-    )
+    add_admin_option(p)
     p.add_argument(
         "--seeds",
         type=_seeds,

@@ -16,6 +16,10 @@ is not run at a rate above one where its pooled goodput fell below
 the folder counts, so rates added later fill in the bracket). On a slow
 machine one rate of one arm costs many minutes; the rates an arm skipped are
 simply absent from the summary.
+
+With ``--block N`` (``bench/blocks.py``) each rate runs in paired blocks, every arm on
+each; the rate's figures pool an arm's blocks as they pool seeds, and the capacity "by
+seed" is the capacity by block.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 
 import httpx
 
+from bench.blocks import blocks_line, load_blocks, summary_entry
 from bench.calibrate import calibrated_workload, write_host
 from bench.endpoint import wait_ready
 from bench.loadgen import Arm, RunConfig, baseline_settings, run_all
@@ -191,6 +196,7 @@ def sweep_summary(results_dir: Path, slo: SLO) -> dict[str, Any]:
     The pooled capacity is judged on the rates that hold every seed the arm was run with
     (``capacity_rates``): goodputs pooled over different seeds are not one curve.
     """
+    blocks = load_blocks(results_dir)
     arms: dict[str, dict[str, Any]] = {}
     for arm, by_rate in pooled_by_rate(results_dir, slo).items():
         seeds = set().union(*(s["seeds"] for s in by_rate.values()))
@@ -200,12 +206,21 @@ def sweep_summary(results_dir: Path, slo: SLO) -> dict[str, Any]:
             if set(s["seeds"]) == seeds
         ]
         arms[arm] = {
-            "rates": {f"{r:g}": s for r, s in by_rate.items()},
+            "rates": {
+                f"{r:g}": s | ({"num_blocks": len(s["seeds"])} if blocks else {})
+                for r, s in by_rate.items()
+            },
             **capacity(points),
             "capacity_rates": [f"{r:g}" for r, _ in points],
             "capacity_by_seed": capacity_by_seed(by_rate),
         }
-    return {"results_dir": str(results_dir), "slo": asdict(slo), "arms": arms}
+    summary = {"results_dir": str(results_dir), "slo": asdict(slo), "arms": arms}
+    return summary | ({"blocks": summary_entry(blocks)} if blocks else {})
+
+
+def seeds_are(summary: dict[str, Any]) -> str:
+    """What a seed of the sweep is: a ``block`` in block mode."""
+    return "block" if "blocks" in summary else "seed"
 
 
 def capacity_label(entry: dict[str, Any]) -> str:
@@ -221,12 +236,12 @@ def capacity_label(entry: dict[str, Any]) -> str:
 
 
 def format_sweep(summary: dict[str, Any]) -> str:
-    lines = []
+    lines = blocks_line(summary)
     for arm, entry in summary["arms"].items():
         bound = entry["capacity_bound"]
         lines.append(f"{arm}: capacity {capacity_label(entry)} request/s ({bound})")
         if len(entry.get("capacity_by_seed", {})) > 1:
-            lines.append(f"  by seed: {seed_capacities(entry)}")
+            lines.append(f"  by {seeds_are(summary)}: {seed_capacities(entry)}")
         for rate, s in entry["rates"].items():
             lines.append(
                 f"  {rate:>6} req/s: goodput {100 * (s['slo_attainment'] or 0):5.1f}% of "
@@ -246,10 +261,12 @@ def seed_capacities(entry: dict[str, Any]) -> str:
 
 def format_sweep_markdown(summary: dict[str, Any]) -> str:
     """The same figures as a Markdown table, one row per arm and rate (for the README)."""
+    by = seeds_are(summary)
     lines = [
+        *(f"{line}\n" for line in blocks_line(summary)),
         "| arm | capacity req/s | rate req/s | requests | goodput | missed: TTFT / gap / both "
         "/ failed | TTFT P50 / P99 s | short P50 / P99 s | long P50 / P99 s | ITL P99 ms "
-        "| lone decode step ms, by seed |",
+        f"| lone decode step ms, by {by} |",
         "| --- | --- | ---: | ---: | ---: | --- | --- | --- | --- | ---: | --- |",
     ]
     for arm, entry in summary["arms"].items():
@@ -266,7 +283,7 @@ def format_sweep_markdown(summary: dict[str, Any]) -> str:
                 f"| {' / '.join(_s(ms, 1) for ms in s['lone_decode_step_ms_by_seed'].values())} |"
             )
     spread = [
-        f"- `{arm}` capacity by seed: {seed_capacities(entry)}"
+        f"- `{arm}` capacity by {by}: {seed_capacities(entry)}"
         for arm, entry in summary["arms"].items()
         if len(entry.get("capacity_by_seed", {})) > 1
     ]

@@ -23,6 +23,9 @@ import pytest
 
 from tests.tiny_model import make_tiny_model
 
+pytest_plugins = ["tests.fake_openai_server"]
+"""The FAKE OpenAI streaming server's ``fake_server`` fixture, for the harness tests."""
+
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "tests" / "artifacts"
 TINY_MODEL_NAME = "tiny-qwen3"

@@ -1,0 +1,180 @@
+"""``bench episodes`` against the FAKE OpenAI server (quick tier, no engine), and its
+figures and verdict computed from hand-made records.
+
+The fake streams at a fixed pace and prefills instantly: it checks what the harness
+sends, in what order, and what it records, never a timing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from bench.episode_run import EpisodeRecord
+from bench.episode_stats import summarize_episodes, window_gaps
+from bench.episodes import read_records, record_path
+from bench.records import RequestRecord
+from gateway.cli import main as gateway_main
+from tests.fake_openai_server import ADMIN_TOKEN, FakeOpenAIServer
+
+ARMS = ("off", "fixed-16", "dlfp-ct")
+NONCE = re.compile(r"^\[run ([0-9a-f]{12})\] ")
+
+
+def _args(fake: FakeOpenAIServer, results: Path, *extra: str) -> list[str]:
+    return [
+        "bench",
+        "episodes",
+        "--base-url",
+        fake.base_url,
+        "--admin-token",
+        ADMIN_TOKEN,
+        "--results",
+        str(results),
+        "--episodes",
+        "3",
+        "--decoders",
+        "2",
+        "--kinds",
+        "long,short",
+        "--offsets",
+        "0,0.05",
+        "--arms",
+        ",".join(ARMS),
+        "--itl-slo-ms",
+        "40",
+        "--lead-s",
+        "0.15",
+        "--tail-s",
+        "0.05",
+        "--long-prefill-s",
+        "0.01",
+        *extra,
+    ]
+
+
+def _prompts_by_nonce(fake: FakeOpenAIServer) -> dict[str, list[str]]:
+    """What the fake was sent, by the nonce that opens each prompt (probes have none)."""
+    found: dict[str, list[str]] = defaultdict(list)
+    for body in fake.requests:
+        match = NONCE.match(body["messages"][-1]["content"])
+        if match:
+            found[match.group(1)].append(body["messages"][-1]["content"][match.end() :])
+    return found
+
+
+def test_every_arm_replays_the_same_episode_in_a_rotated_order(
+    fake_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    assert gateway_main(_args(fake_server, tmp_path)) == 0
+    records = read_records(tmp_path)
+    assert set(records) == set(ARMS) and all(len(r) == 3 for r in records.values())
+    sent = _prompts_by_nonce(fake_server)
+    for episode in range(3):
+        runs = {arm: records[arm][episode] for arm in ARMS}
+        # The same prompts in every arm, each arm with its own nonce.
+        assert len({r.nonce for r in runs.values()}) == len(ARMS)
+        prompts = {arm: sorted(sent[r.nonce]) for arm, r in runs.items()}
+        assert len(prompts["off"]) == 4 and all(p == prompts["off"] for p in prompts.values())
+        # The order rotates by one per episode.
+        order = sorted(ARMS, key=lambda arm: runs[arm].position)
+        assert order == [*ARMS[episode:], *ARMS[:episode]]
+        for run in runs.values():
+            assert run.error is None, run.error
+            assert [a.kind for a in run.arrivals] == ["long", "short"]
+            assert run.lead_start_s is not None and run.window_start_s is not None
+            sends = [(a.send_s or 0.0) - run.lead_start_s - 0.15 for a in run.arrivals]
+            assert sends == pytest.approx([0.0, 0.05], abs=0.03)
+            assert all(d.status == "ok" and d.chunk_s for d in run.decoders)
+            assert (run.cut_s or 0.0) >= (run.window_end_s or 0.0) + 0.05
+    # Episodes differ from each other.
+    assert len({tuple(sorted(sent[records["off"][e].nonce])) for e in range(3)}) == 3
+    # Every run switched its arm in over the baseline settings, then reset.
+    fixed = {"controller": "fixed", "fixed_cap_tokens": 16, "itl_slo_ms": 40.0, "gain": 0.5}
+    assert fake_server.patches.count(fixed) == 3
+    assert fake_server.num_resets >= 9
+    assert fake_server.patches[-1] == {"controller": "dlfp-ct", "gain": 0.5}  # restored
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["verdict"]["static_arms"] == ["fixed-16"]
+    assert (tmp_path / "episodes-frontier.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_rerun_resumes_and_check_recomputes(
+    fake_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    assert gateway_main([*_args(fake_server, tmp_path), "--no-plots"]) == 0
+    missing = record_path(tmp_path, 1, "fixed-16")
+    missing.unlink()
+    num_sent = len(fake_server.requests)
+    assert gateway_main([*_args(fake_server, tmp_path), "--no-plots"]) == 0
+    assert len(fake_server.requests) == num_sent + 4  # the one run: 2 decoders, 2 arrivals
+    assert missing.exists()
+    check = ["bench", "episodes", "--results", str(tmp_path), "--check"]
+    assert gateway_main(check) == 0
+    assert gateway_main([*_args(fake_server, tmp_path, "--decoders", "3"), "--no-plots"]) == 2
+
+
+def _record(
+    arm: str, episode: int, gap_s: float, ttft_short_s: float, ttft_long_s: float
+) -> EpisodeRecord:
+    """A hand-made run: one decoder ticking every ``gap_s`` from 0 to 10 s; the window is
+    2 s to 6 s; a short and a long arrival with the given TTFTs."""
+    decoder = RequestRecord(0, "decoder", False, "", "", 0, 1000, 0.0, send_s=0.0)
+    n = int(10 / gap_s)
+    decoder.chunk_s = [0.5 + i * gap_s for i in range(n)]
+    decoder.chunk_num_tokens = [1] * n
+    decoder.status = "ok"
+    arrivals = []
+    for index, (kind, ttft) in enumerate((("short", ttft_short_s), ("long", ttft_long_s))):
+        arrival = RequestRecord(index, kind, False, "", "", 0, 8, 2.0, send_s=2.0)
+        arrival.chunk_s, arrival.chunk_num_tokens, arrival.status = [2.0 + ttft], [1], "ok"
+        arrivals.append(arrival)
+    return EpisodeRecord(
+        episode, arm, 0, f"{episode:012x}", None, None, 0.0, [decoder], arrivals,
+        lead_start_s=0.5, window_start_s=2.0, window_end_s=6.0, cut_s=10.0,
+    )  # fmt: skip
+
+
+def test_window_gaps_are_those_that_overlap_the_window() -> None:
+    record = RequestRecord(0, "decoder", False, "", "", 0, 9, 0.0, send_s=0.0)
+    record.chunk_s = [1.0, 1.9, 2.5, 3.0, 6.5, 7.0]
+    record.chunk_num_tokens = [1, 1, 1, 2, 1, 1]
+    # 1.0-1.9 ends before the window; 1.9-2.5 straddles its start; 3.0-6.5 its end.
+    assert window_gaps(record, 2.0, 6.0) == pytest.approx([0.6, 0.5, 0.0, 3.5])
+
+
+def test_the_verdict_takes_the_feasible_static_cap_with_the_lowest_ttft() -> None:
+    # fixed-8: small gaps, slow; fixed-64: within 100 ms, faster; fixed-512: gaps of
+    # 200 ms, fastest but infeasible; dlfp-ct: within, 10% slower than fixed-64 on short.
+    plan = {
+        "fixed-8": (0.02, 3.0, 9.0),
+        "fixed-64": (0.08, 1.0, 4.0),
+        "fixed-512": (0.2, 0.5, 2.0),
+        "dlfp-ct": (0.05, 1.1, 4.0),
+        "dlfp-ct-repeat": (0.05, 1.1, 4.0),
+    }
+    records = {
+        arm: {e: _record(arm, e, gap, short * (1 + e / 10), long) for e in range(4)}
+        for arm, (gap, short, long) in plan.items()
+    }
+    records["fixed-64"][3].error = "a decoding stream failed"
+    summary = summarize_episodes(records, itl_slo_ms=100.0)
+    verdict = summary["verdict"]
+    assert verdict["static_arms"] == ["fixed-8", "fixed-64", "fixed-512"]
+    assert verdict["feasible_static_arms"] == ["fixed-8", "fixed-64"]
+    assert verdict["best_static_arm"] == "fixed-64"
+    arms = summary["arms"]
+    assert arms["fixed-64"]["episodes"] == [0, 1, 2] and "3" in arms["fixed-64"]["failed_episodes"]
+    assert arms["fixed-512"]["window_p99_gap_ms"] == pytest.approx(200.0)
+    assert arms["fixed-512"]["stream_goodput"] == 0.0 and arms["fixed-8"]["stream_goodput"] == 1
+    assert arms["fixed-8"]["lone_decode_step_episode_mean"]["mean"] == pytest.approx(20.0)
+    short = verdict["ratios"]["dlfp-ct"]["ttft_short"]
+    assert short["n"] == 3 and short["ratio"] == pytest.approx(1.1)  # paired, episode 3 out
+    overall = verdict["ratios"]["dlfp-ct"]["ttft"]
+    assert overall["low"] <= overall["ratio"] <= overall["high"]
+    assert verdict["sentinel"]["aim_met"] is True
+    assert verdict["sentinel"]["ttft"]["ratio"] == pytest.approx(1.0)
