@@ -153,6 +153,11 @@ async def _watch_slots(
 
 
 async def stalled_readers(target: Target) -> Outcome:
+    """K clients open 8-choice streams and never read: their slots must free within the
+    write time-out plus 10 s, and a normal request must then be served. Each holds 8 slots
+    (``n`` choices take ``n``), so the gateway needs ``max_concurrent`` of 8 x K to admit
+    them all at once; with fewer, the later ones queue behind the stalled ones and are
+    refused for the TTFT objective, as they should be, and the scenario says so."""
     num, limit_s = target.options.num_stalled, target.options.stream_write_timeout_s + 10
     before = (await target.metrics(ACTIVE)).get(ACTIVE)
     big = {"n": 8, "logprobs": True, "top_logprobs": 20, "max_tokens": 4000, "stream": True}

@@ -16,16 +16,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import random
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from bench.client import ClientSettings, new_record, stream_into
-from bench.records import RequestRecord
+from bench.records import RequestRecord, open_text
 from bench.text import TextGenerator
 from bench.tokens import TokenCounter
 from bench.workload import RequestSpec, make_prompt
@@ -101,6 +104,12 @@ def episode_prompts(shape: EpisodeShape, seed: int, counter: TokenCounter) -> li
     return prompts
 
 
+def prompts_digest(prompts: list[Prompt]) -> str:
+    """What every arm of an episode must send alike: kinds and texts, in order."""
+    text = "\x00".join(f"{p.kind}\x01{p.text}" for p in prompts)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def with_nonce(nonce: str, text: str) -> str:
     return f"[run {nonce}] {text}"
 
@@ -127,6 +136,9 @@ class EpisodeRecord:
     """When the decoders were disconnected."""
     error: str | None = None
     """Why the episode is not usable (a decoder failed before the window, say)."""
+    prompts_sha256: str | None = None
+    """A hash of the episode's prompts without the nonce: equal in every arm of an
+    episode, which the figures check (``None`` in runs recorded before it was kept)."""
 
     def to_json(self) -> dict[str, Any]:
         """The record without what the seed and nonce regenerate (prompts, the decoders'
@@ -199,6 +211,7 @@ async def run_episode(
     record.arrivals = _records(
         arrival_prompts, record.nonce, shape.arrival_max_tokens, shape.offsets_s
     )
+    record.prompts_sha256 = prompts_digest(prompts)
     t0 = time.perf_counter()
     decoders = [
         asyncio.create_task(stream_into(http, decoder_client, r, t0)) for r in record.decoders
@@ -219,9 +232,12 @@ async def run_episode(
             if delay > 0:
                 await asyncio.sleep(delay)
             arrivals.append(asyncio.create_task(stream_into(http, arrival_client, arrival, t0)))
-        await _wait_first_tokens(
+        if not await _wait_first_tokens(
             record.arrivals, arrivals, first_token_timeout_s, give_up_on_failure=False
-        )
+        ):
+            for arrival, task in zip(record.arrivals, arrivals, strict=True):
+                if not arrival.chunk_s:
+                    task.cancel()  # no first token in time: not waited for any longer
         firsts = [f for f in map(_first_token_s, record.arrivals) if f is not None]
         record.window_start_s = min(a.send_s or 0.0 for a in record.arrivals)
         record.window_end_s = max(firsts, default=time.perf_counter() - t0)
@@ -235,10 +251,15 @@ async def run_episode(
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await asyncio.gather(*arrivals, return_exceptions=True)
+    for arrival in record.arrivals:
+        if arrival.status == "pending":
+            arrival.fail("no first token within the episode's time-out")
+    window_end = record.window_end_s or record.cut_s
     for decoder, ended_early in zip(record.decoders, ended, strict=True):
         decoder.end_s = decoder.end_s or record.cut_s
         if ended_early and decoder.status == "ok":
-            decoder.fail("the decoding stream ended before the cut (raise decoder_max_tokens)")
+            if (decoder.end_s or 0.0) < window_end:
+                decoder.fail("the decoding stream ended before the window did")
         elif decoder.status == "pending":
             decoder.status = "ok"  # cut by the harness, as every decoder should be
     failed = [r for r in (*record.decoders, *record.arrivals) if r.status != "ok"]
@@ -258,3 +279,29 @@ def lone_decode_step_ms(record: EpisodeRecord) -> float | None:
         if a >= record.lead_start_s and b <= record.window_start_s
     ]
     return 1000 * statistics.median(gaps) if gaps else None
+
+
+def record_path(results_dir: Path, episode: int, arm: str) -> Path:
+    return results_dir / "records" / f"episode-{episode}" / f"{arm}.json.gz"
+
+
+def write_record(path: Path, record: EpisodeRecord) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial.gz")  # gzip, and never globbed
+    with open_text(partial, "w") as f:
+        json.dump(record.to_json(), f)
+    partial.replace(path)
+
+
+def read_record(path: Path) -> EpisodeRecord:
+    with open_text(path) as f:
+        return EpisodeRecord.from_json(json.load(f))
+
+
+def read_records(results_dir: Path) -> dict[str, dict[int, EpisodeRecord]]:
+    """Every recorded run, by arm and then episode."""
+    found: dict[str, dict[int, EpisodeRecord]] = {}
+    for path in sorted((results_dir / "records").glob("episode-*/*.json.gz")):
+        record = read_record(path)
+        found.setdefault(record.arm, {})[record.episode] = record
+    return found

@@ -4,9 +4,11 @@ Definitions (``itl_slo_ms`` is the objective the run judges by):
 
 - A *window gap* is a gap between consecutive chunks of a decoding stream that
   overlaps the interference window (it ends after the window starts and starts
-  before it ends); a chunk of k > 1 tokens adds k - 1 gaps of zero, as in the
-  harness's ITL. Per arm, the window P99 and maximum gap pool every episode's
-  window gaps; ``share_over_slo`` is the share of them over ``itl_slo_ms``.
+  before it ends), plus, for a stream cut while stalled since before the window's
+  end, the open gap up to the cut. A chunk of several tokens is one wait (no zero
+  gaps, unlike the harness's ITL). Per arm, the window P99 and maximum gap pool
+  every episode's window gaps; ``share_over_slo`` is the share of them over
+  ``itl_slo_ms``.
 - *Stream goodput* is the share of decoding streams whose worst window gap is
   within ``itl_slo_ms``: the stall a reader of that stream saw.
 - *Arrival TTFT* is first token minus send of the long and short prompts that
@@ -31,6 +33,7 @@ import itertools
 import math
 import re
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -46,14 +49,17 @@ STATIC_ARM = re.compile(r"^fixed-(\d+)$")
 INTERVAL = "two-sided 95% Student-t over episodes (log ratios for ratios)"
 
 
-def window_gaps(record: RequestRecord, start_s: float, end_s: float) -> list[float]:
-    """A decoding stream's gaps (s) that overlap ``[start_s, end_s]``."""
-    gaps = []
+def window_gaps(
+    record: RequestRecord, start_s: float, end_s: float, cut_s: float | None = None
+) -> list[float]:
+    """A decoding stream's gaps (s) between consecutive chunks that overlap
+    ``[start_s, end_s]``, and, if it was cut while stalled since before ``end_s``, the
+    open gap up to ``cut_s``: the waits its reader saw. A chunk of several tokens is one
+    wait, not one plus zeros (zeros would dilute the tail with the very stall behind it)."""
     times = record.chunk_s
-    for (a, b), n in zip(itertools.pairwise(times), record.chunk_num_tokens[1:], strict=False):
-        if b > start_s and a < end_s:
-            gaps.append(b - a)
-            gaps += [0.0] * max(0, (n or 1) - 1)
+    gaps = [b - a for a, b in itertools.pairwise(times) if b > start_s and a < end_s]
+    if cut_s is not None and times and times[-1] < end_s and cut_s > start_s:
+        gaps.append(cut_s - times[-1])
     return gaps
 
 
@@ -61,7 +67,9 @@ def episode_figures(record: EpisodeRecord, itl_slo_ms: float) -> dict[str, Any]:
     """One arm's run of one episode: its window gaps and arrival TTFTs (ms)."""
     usable = record.error is None and record.window_start_s is not None
     start, end = record.window_start_s or 0.0, record.window_end_s or 0.0
-    per_stream = [[1000 * g for g in window_gaps(r, start, end)] for r in record.decoders]
+    per_stream = [
+        [1000 * g for g in window_gaps(r, start, end, record.cut_s)] for r in record.decoders
+    ]
     gaps = [g for stream in per_stream for g in stream]
     ttft = {r.kind: [] for r in record.arrivals}  # type: dict[str, list[float]]
     for r in record.arrivals:
@@ -180,8 +188,10 @@ def verdict(
     ]
     ttft = {a: arms[a]["ttft_mean_episode_mean"]["mean"] for a in feasible}
     best = min((a for a in feasible if ttft[a] is not None), key=lambda a: ttft[a], default=None)
+    most = max((len(a["episodes"]) for a in arms.values()), default=0)
     result: dict[str, Any] = {
         "itl_slo_ms": slo_ms,
+        "incomplete_arms": sorted(a for a, s in arms.items() if len(s["episodes"]) < most),
         "static_arms": static,
         "feasible_static_arms": feasible,
         "best_static_arm": best,
@@ -219,6 +229,14 @@ def summarize_episodes(
         arm: {e: episode_figures(r, itl_slo_ms) for e, r in by_episode.items()}
         for arm, by_episode in records.items()
     }
+    for episode, digest in _episode_prompts(records).items():
+        for arm, by_episode in records.items():
+            record = by_episode.get(episode)
+            if record is not None and record.prompts_sha256 not in (None, digest):
+                figures[arm][episode] |= {
+                    "usable": False,
+                    "error": "its prompts differ from the other arms' (another token counter?)",
+                }
     arms = {arm: arm_summary(f, itl_slo_ms) for arm, f in figures.items()}
     return {
         "itl_slo_ms": itl_slo_ms,
@@ -226,6 +244,16 @@ def summarize_episodes(
         "arms": arms,
         "verdict": verdict(figures, arms, itl_slo_ms),
     }
+
+
+def _episode_prompts(records: dict[str, dict[int, EpisodeRecord]]) -> dict[int, str]:
+    """Per episode, the prompts most of its arms sent (their digest)."""
+    votes: dict[int, Counter[str]] = {}
+    for by_episode in records.values():
+        for episode, record in by_episode.items():
+            if record.prompts_sha256 is not None:
+                votes.setdefault(episode, Counter())[record.prompts_sha256] += 1
+    return {episode: count.most_common(1)[0][0] for episode, count in votes.items()}
 
 
 def _ms(value: float | None, digits: int = 0) -> str:
@@ -254,12 +282,14 @@ def format_episodes_markdown(summary: dict[str, Any]) -> str:
     v = summary["verdict"]
     slo = summary["itl_slo_ms"]
     lines = [
-        f"ITL objective {slo:g} ms; intervals: {summary['interval']}.",
+        f"ITL objective {slo:g} ms; intervals: {summary['interval']}. Window gaps "
+        "pooled over the episodes (the verdict's figure), then the per-episode P99's mean.",
         "",
-        "| arm | episodes | window P99 / max gap ms | gaps over SLO | stream goodput "
+        "| arm | episodes | window P99 / max gap ms | per-episode P99 gap ms | gaps over SLO "
+        "| stream goodput "
         "| arrival TTFT ms | short TTFT ms | long TTFT ms | TTFT ratio | short ratio "
         "| pooled P99 ITL ms | lone decode step ms |",
-        "| --- | ---: | --- | ---: | ---: | --- | --- | --- | --- | --- | ---: | --- |",
+        "| --- | ---: | --- | --- | ---: | ---: | --- | --- | --- | --- | --- | ---: | --- |",
     ]
     for arm, s in summary["arms"].items():
         ratios = v["ratios"].get(arm, {})
@@ -270,6 +300,7 @@ def format_episodes_markdown(summary: dict[str, Any]) -> str:
         lines.append(
             f"| {arm}{ref}{feasible} | {len(s['episodes'])} "
             f"| {_ms(s['window_p99_gap_ms'])} / {_ms(s['window_max_gap_ms'])} "
+            f"| {_ci(s['window_p99_gap_episode_mean'])} "
             f"| {'-' if share is None else f'{100 * share:.1f}%'} "
             f"| {'-' if goodput is None else f'{100 * goodput:.0f}%'} "
             f"| {_ci(s['ttft_mean_episode_mean'])} | {_ci(s['ttft_short_mean_episode_mean'])} "
@@ -285,6 +316,11 @@ def format_episodes_markdown(summary: dict[str, Any]) -> str:
         lines.append(
             f"Feasible static caps: {', '.join(v['feasible_static_arms'])}; the reference "
             f"(lowest mean arrival TTFT among them): {v['best_static_arm']}."
+        )
+    if v["incomplete_arms"]:
+        lines.append(
+            f"Fewer usable episodes than the others: {', '.join(v['incomplete_arms'])} "
+            "(their unpaired means are over other episodes)."
         )
     sentinel = v.get("sentinel")
     if sentinel:

@@ -261,5 +261,7 @@ def episode_frontier(summary: dict[str, Any], out_dir: Path) -> Path:
     ax.set_yscale("log")
     ax.legend(fontsize="x-small", ncol=2)
     host = _host_label(out_dir) or _host_label(out_dir.parent)
-    ax.set_title(f"Interference episodes{host}", fontsize="small")
+    decoders = summary.get("plan", {}).get("shape", {}).get("num_decoders")
+    streams = f", {decoders} decoding streams" if decoders else ""
+    ax.set_title(f"Interference episodes{streams}{host}", fontsize="small")
     return _save(fig, out_dir / "episodes-frontier.png")

@@ -6,8 +6,8 @@ engine both implement ``Engine``; the gateway only ever sees these types.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -172,7 +172,7 @@ class Engine(Protocol):
     async def shutdown(self) -> None: ...
 
     @property
-    def tokenizer_lock(self) -> AbstractContextManager[object]:
+    def tokenizer_lock(self) -> threading.Lock:
         """Held by any use of the tokenizer outside the engine's own methods (which take
         it themselves), such as the ``ChatOutput`` parsers: HF fast tokenizers must not
         be used from two threads at once."""

@@ -23,9 +23,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import AbstractContextManager, AsyncExitStack
+from contextlib import AsyncExitStack
 
 from fastapi import Request
 from fastapi.encoders import jsonable_encoder
@@ -42,6 +43,7 @@ from gateway.openai_request import EndpointInput
 from gateway.protocol import ChatCompletion, Completion, Usage
 from gateway.sse import DONE, event, sse_response
 from gateway.state import GatewayState
+from gateway.tokenizer_guard import held_if
 
 MAX_PRIORITY = 1000
 
@@ -230,7 +232,7 @@ class Completions:
             stream.outcome = "client_stalled"
 
         return sse_response(
-            _events(stream, fmt),
+            _events(stream, fmt, self.gateway.engine.tokenizer_lock),
             self.gateway.keepalive_s,
             on_close=stream.aclose,
             cut=self.gateway.streams_cut,
@@ -244,17 +246,15 @@ def _reply_response(
     fmt: Formatter,
     deltas: list[list[ChoiceDelta]],
     total: Usage,
-    tokenizer_lock: AbstractContextManager[object],
+    tokenizer_lock: threading.Lock,
 ) -> Response:
     """The reply and its JSON body, byte for byte what FastAPI writes for the reply model
     returned from its route; slow for a big reply (a model per token and alternative),
     so run in a worker thread, and the route returns the body as it is."""
     # NOTE: vLLM's parsers read the tokenizer: the vocabulary when built (a parser is
-    # built for each choice, here), and some decode or encode when parsing. HF fast
-    # tokenizers must not be used from two threads at once and templating and tokenizing
-    # run in worker threads too, so a reply read by parsers is built under the engine's
-    # tokenizer lock (held while the reply is built, not while it is serialized). Built
-    # on the event loop instead, the parsers would still meet those threads, unlocked.
+    # built for each choice, here), and some decode or encode when parsing. So a reply
+    # read by parsers is built under the engine's tokenizer lock (gateway/tokenizer_guard.py;
+    # held while the reply is built, not while it is serialized).
     with tokenizer_lock if fmt.has_parsers else contextlib.nullcontext():
         reply = fmt.reply(deltas, total)
     if isinstance(reply, ChatCompletion | Completion):
@@ -273,17 +273,24 @@ async def _collect(stream: MeasuredStream, n: int) -> list[list[ChoiceDelta]]:
     return by_choice
 
 
-async def _events(stream: MeasuredStream, fmt: Formatter) -> AsyncIterator[bytes]:
-    """One event per engine delta that carries tokens or a finish reason."""
+async def _events(
+    stream: MeasuredStream, fmt: Formatter, tokenizer_lock: threading.Lock
+) -> AsyncIterator[bytes]:
+    """One event per engine delta that carries tokens or a finish reason. Parsers run
+    under the tokenizer lock (``gateway/tokenizer_guard.py``), never across a write."""
     try:
         for chunk in fmt.preamble():
             yield event(chunk)
         async for output in stream.chunks():
             for delta in output.choices:
                 if delta.token_ids or delta.finish_reason is not None:
-                    for body in fmt.stream_events(delta):
+                    async with held_if(fmt.has_parsers, tokenizer_lock):
+                        bodies = list(fmt.stream_events(delta))
+                    for body in bodies:
                         yield event(body)
-        for body in fmt.closing(stream.num_prompt_tokens, stream.num_generated):
+        async with held_if(fmt.has_parsers, tokenizer_lock):
+            bodies = list(fmt.closing(stream.num_prompt_tokens, stream.num_generated))
+        for body in bodies:
             yield event(body)
     except Exception as exc:  # any engine failure: the client must see the stream end
         status = 503 if isinstance(exc, EngineDeadError) else 500

@@ -14,9 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from bench.episode_run import EpisodeRecord
-from bench.episode_stats import summarize_episodes, window_gaps
-from bench.episodes import read_records, record_path
+from bench.episode_run import (
+    EpisodeRecord,
+    read_record,
+    read_records,
+    record_path,
+    write_record,
+)
+from bench.episode_setup import check_arm_names, conditions, default_arm_names
+from bench.episode_stats import SENTINEL, summarize_episodes, window_gaps
 from bench.records import RequestRecord
 from gateway.cli import main as gateway_main
 from tests.fake_openai_server import ADMIN_TOKEN, FakeOpenAIServer
@@ -80,9 +86,11 @@ def test_every_arm_replays_the_same_episode_in_a_rotated_order(
         assert len({r.nonce for r in runs.values()}) == len(ARMS)
         prompts = {arm: sorted(sent[r.nonce]) for arm, r in runs.items()}
         assert len(prompts["off"]) == 4 and all(p == prompts["off"] for p in prompts.values())
-        # The order rotates by one per episode.
+        # The order rotates by one per episode, and runs backwards in odd episodes.
         order = sorted(ARMS, key=lambda arm: runs[arm].position)
-        assert order == [*ARMS[episode:], *ARMS[:episode]]
+        rotated = [*ARMS[episode:], *ARMS[:episode]]
+        assert order == (rotated[::-1] if episode % 2 else rotated)
+        assert len({r.prompts_sha256 for r in runs.values()}) == 1
         for run in runs.values():
             assert run.error is None, run.error
             assert [a.kind for a in run.arrivals] == ["long", "short"]
@@ -113,9 +121,43 @@ def test_a_rerun_resumes_and_check_recomputes(
     assert gateway_main([*_args(fake_server, tmp_path), "--no-plots"]) == 0
     assert len(fake_server.requests) == num_sent + 4  # the one run: 2 decoders, 2 arrivals
     assert missing.exists()
+    # A failed run is run again.
+    failed = record_path(tmp_path, 2, "off")
+    record = read_record(failed)
+    record.error = "HTTP 429: as if refused"
+    write_record(failed, record)
+    assert gateway_main([*_args(fake_server, tmp_path), "--no-plots"]) == 0
+    assert len(fake_server.requests) == num_sent + 8 and read_record(failed).error is None
     check = ["bench", "episodes", "--results", str(tmp_path), "--check"]
     assert gateway_main(check) == 0
+    # Another plan, or other arms, in the same folder: refused.
     assert gateway_main([*_args(fake_server, tmp_path, "--decoders", "3"), "--no-plots"]) == 2
+    other_arms = [
+        a if a != ",".join(ARMS) else "off,fixed-16" for a in _args(fake_server, tmp_path)
+    ]
+    assert gateway_main([*other_arms, "--no-plots"]) == 2
+
+
+def test_the_default_arms_place_the_sentinel_apart_and_reach_the_largest_cap() -> None:
+    cpu = {"min_cap_tokens": 8, "max_cap_tokens": 1024, "step_tokens": 8}
+    names = default_arm_names(cpu)
+    assert names[0] == "off" and "fixed-8" in names and "fixed-1024" in names
+    gap = abs(names.index("dlfp-ct") - names.index(SENTINEL))
+    assert min(gap, len(names) - gap) >= len(names) // 2 - 1
+    cuda = {"min_cap_tokens": 1024, "max_cap_tokens": 6144, "step_tokens": 128}
+    assert [n for n in default_arm_names(cuda) if n.startswith("fixed-")] == [
+        "fixed-1024", "fixed-2048", "fixed-4096", "fixed-6144",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="outside"):
+        check_arm_names(["off", "fixed-12"], cpu)
+    with pytest.raises(ValueError, match="once"):
+        check_arm_names(["off", "off"], cpu)
+
+
+def test_the_tight_objective_rounds_down_and_keeps_its_floor() -> None:
+    found = conditions(500.0, 32.0)  # 3 x 32 = 96 ms: 90, not 100
+    assert sorted(c["itl_slo_ms"] for c in found.values()) == [90.0, 90.0, 500.0, 500.0]
+    assert {c["itl_slo_ms"] for c in conditions(500.0, 2.0).values()} == {10.0, 500.0}
 
 
 def _record(
@@ -144,7 +186,11 @@ def test_window_gaps_are_those_that_overlap_the_window() -> None:
     record.chunk_s = [1.0, 1.9, 2.5, 3.0, 6.5, 7.0]
     record.chunk_num_tokens = [1, 1, 1, 2, 1, 1]
     # 1.0-1.9 ends before the window; 1.9-2.5 straddles its start; 3.0-6.5 its end.
-    assert window_gaps(record, 2.0, 6.0) == pytest.approx([0.6, 0.5, 0.0, 3.5])
+    # The chunk of two tokens is one wait: no zero gap.
+    assert window_gaps(record, 2.0, 6.0) == pytest.approx([0.6, 0.5, 3.5])
+    # A stream stalled from 3.0 s to the cut at 8 s: that open wait counts.
+    record.chunk_s, record.chunk_num_tokens = [1.9, 2.5, 3.0], [1, 1, 1]
+    assert window_gaps(record, 2.0, 6.0, cut_s=8.0) == pytest.approx([0.6, 0.5, 5.0])
 
 
 def test_the_verdict_takes_the_feasible_static_cap_with_the_lowest_ttft() -> None:
@@ -178,3 +224,15 @@ def test_the_verdict_takes_the_feasible_static_cap_with_the_lowest_ttft() -> Non
     assert overall["low"] <= overall["ratio"] <= overall["high"]
     assert verdict["sentinel"]["aim_met"] is True
     assert verdict["sentinel"]["ttft"]["ratio"] == pytest.approx(1.0)
+    assert verdict["incomplete_arms"] == ["fixed-64"]
+
+
+def test_a_run_that_sent_other_prompts_is_left_out() -> None:
+    records = {arm: {e: _record(arm, e, 0.05, 1.0, 4.0) for e in range(3)} for arm in ARMS}
+    for by_episode in records.values():
+        for record in by_episode.values():
+            record.prompts_sha256 = "same"
+    records["off"][1].prompts_sha256 = "other"
+    arms = summarize_episodes(records, itl_slo_ms=100.0)["arms"]
+    assert arms["off"]["episodes"] == [0, 2] and "differ" in arms["off"]["failed_episodes"]["1"]
+    assert arms["dlfp-ct"]["episodes"] == [0, 1, 2]

@@ -1,6 +1,7 @@
 """Every committed results folder re-analyses to the summary.json committed beside it
-(quick tier, no server): a sweep folder (one with rate-<r>/ folders) through
-``bench sweep --markdown --check``, any other through ``bench summary --check``.
+(quick tier, no server): an episodes folder through ``bench episodes --check``, a sweep
+folder (one with rate-<r>/ folders) through ``bench sweep --markdown --check``, any other
+through ``bench summary --check``.
 
 The records are the source and the summaries derived from them: a change to the
 statistics, the records' reader or a folder that moves shows up here, and is fixed by
@@ -20,6 +21,10 @@ RESULTS = ROOT / "bench" / "results"
 FOLDERS = sorted(p.parent.relative_to(ROOT) for p in RESULTS.rglob("summary.json"))
 
 
+def _is_episodes(folder: Path) -> bool:
+    return (ROOT / folder / "episodes.json").exists()
+
+
 def _is_sweep(folder: Path) -> bool:
     return any(p.is_dir() for p in (ROOT / folder).glob("rate-*"))
 
@@ -37,7 +42,9 @@ def test_reanalysis_gives_the_committed_summary(
 ) -> None:
     # summary.json names its folder as it was given, relative to the repository root.
     monkeypatch.chdir(ROOT)
-    if _is_sweep(folder):
+    if _is_episodes(folder):
+        argv = ["bench", "episodes", "--check", "--results", str(folder)]
+    elif _is_sweep(folder):
         argv = ["bench", "sweep", "--markdown", "--check", "--results", str(folder)]
     else:
         argv = ["bench", "summary", "--check", "--results", str(folder)]
@@ -46,7 +53,7 @@ def test_reanalysis_gives_the_committed_summary(
     assert status == 0, f"{' '.join(argv)} differs from the committed summary.json:\n{err}"
     assert "matches the records" in out
     if _is_sweep(folder):
-        assert out.startswith("| arm | capacity req/s |")  # the Markdown table
+        assert "\n| arm | capacity req/s |" in "\n" + out  # the Markdown table
 
 
 def test_a_changed_record_is_caught(
