@@ -29,7 +29,7 @@ from bench.options import (
     workload_from,
 )
 from bench.protocols import PAPER_SEEDS
-from bench.report import summary_differences
+from bench.report import checked
 from bench.stats import SLO
 from bench.study import apply_study
 
@@ -39,17 +39,6 @@ if TYPE_CHECKING:
 EXTRA_MODULES = ("matplotlib",)
 """What only the harness needs: the ``bench`` extra."""
 INSTALL_EXTRA = "pip install 'dlfp-gateway[bench]'"
-
-
-def checked(results: Path, summary: dict[str, object]) -> int:
-    """0 if ``summary.json`` holds what the records give now, else 1 and where it differs."""
-    differences = summary_differences(results, summary)
-    for line in differences[:20]:
-        print(f"differs: {line}", file=sys.stderr)
-    if len(differences) > 20:
-        print(f"... and {len(differences) - 20} more", file=sys.stderr)
-    print(f"{results / 'summary.json'}: {'differs' if differences else 'matches the records'}")
-    return 1 if differences else 0
 
 
 def report(results: Path, slo: SLO, plots: bool, check: bool = False) -> int:

@@ -103,7 +103,6 @@ def _progress(done: int, total: int, t0: float, record: EpisodeRecord, summary: 
 
 
 def _brief(record: EpisodeRecord, itl_slo_ms: float) -> str:
-
     if record.error is not None:
         return f"FAILED: {record.error[:160]}"
     f = episode_figures(record, itl_slo_ms)

@@ -166,7 +166,7 @@ def _runs(args: argparse.Namespace, prepared: dict[str, Any]) -> list[EpisodeRun
 
 def analyse(folder: Path, check: bool, plots: bool) -> int:
     """Recompute ``summary.json`` (and the plot) of one episodes folder from its records."""
-    from bench.report import save_summary, summary_differences
+    from bench.report import checked, save_summary
 
     plan_path = folder / "episodes.json"
     if not plan_path.exists():
@@ -177,11 +177,7 @@ def analyse(folder: Path, check: bool, plots: bool) -> int:
     summary = {"results_dir": str(folder), "plan": plan, **summary}
     print(f"## {folder}\n\n{format_episodes_markdown(summary)}\n")
     if check:
-        differences = summary_differences(folder, summary)
-        for line in differences[:20]:
-            print(f"differs: {line}", file=sys.stderr)
-        print(f"{folder / 'summary.json'}: {'differs' if differences else 'matches the records'}")
-        return 1 if differences else 0
+        return checked(folder, summary)
     print(f"summary: {save_summary(folder, summary)}")
     if plots:
         from bench.plots import episode_frontier

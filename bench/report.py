@@ -7,6 +7,7 @@ was interrupted and resumed is the same as that of a run in one go.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -117,6 +118,17 @@ def summary_differences(results_dir: Path, summary: dict[str, Any]) -> list[str]
         return [f"{path}: missing"]
     saved = json.loads(path.read_text(encoding="utf-8"))
     return _differences(saved, json.loads(json.dumps(summary)), str(path))
+
+
+def checked(results: Path, summary: dict[str, Any]) -> int:
+    """0 if ``summary.json`` holds what the records give now, else 1 and where it differs."""
+    differences = summary_differences(results, summary)
+    for line in differences[:20]:
+        print(f"differs: {line}", file=sys.stderr)
+    if len(differences) > 20:
+        print(f"... and {len(differences) - 20} more", file=sys.stderr)
+    print(f"{results / 'summary.json'}: {'differs' if differences else 'matches the records'}")
+    return 1 if differences else 0
 
 
 def _differences(saved: Any, new: Any, where: str) -> list[str]:
