@@ -4,17 +4,22 @@ an SLO check that turns away early a request that would miss its TTFT target.
 Plain asyncio, no HTTP: ``async with admission.slot(...)`` waits for a slot or
 raises ``AdmissionRejected``, which one exception handler maps to 429/503.
 
-The TTFT prediction has two parts. The wait for a slot: the slots that must free
-before a request fits (the weights of the active requests and of those queued before
-it, against ``max_concurrent``) at the measured rate slots free while the gateway is
-full (``ttft_estimate.ServiceRate``). Then the time from admission to first token
-(``ttft_estimate.TTFTEstimate``): a fixed per-request latency plus a time per token of
-the prefill work ahead (prompt tokens admitted but not yet streaming, plus those
-queued before it) and its own prompt. A request is refused for the SLO on arrival, and
-a queued one as soon as its time waited plus the prediction exceeds the objective
-(checked every ``SLO_RECHECK_S``); ``max_queue_wait_s`` stays the backstop. A request
-with nothing ahead of it is never refused for the SLO: refusing it would help no one,
-and a refused prompt never adds the sample that would correct the estimate.
+The TTFT prediction: a request's first token waits for the later of two things, its
+slot and the prefill of the prompts ahead of it, and then for its own prefill::
+
+    predicted = max(slot_wait, per_token * tokens_ahead) + fixed + per_token * own_tokens
+
+The slot wait is the slots that must free before it fits (the weights of the active
+requests and of those queued before it, against ``max_concurrent``) at the measured
+rate slots free while the gateway is full (``ttft_estimate.ServiceRate``: by Little's
+law, ``max_concurrent`` over the time requests admitted from the queue held their slots).
+``fixed`` and ``per_token`` come from ``ttft_estimate.TTFTEstimate``; the tokens ahead
+are the prompt tokens admitted but not yet streaming plus those queued before it. A
+request is refused for the SLO on arrival, and a queued one as soon as its time waited
+plus the prediction exceeds the objective (checked every ``SLO_RECHECK_S``);
+``max_queue_wait_s`` stays the backstop. A request with nothing ahead of it is never
+refused for the SLO: refusing it would help no one, and a refused prompt never adds
+the sample that would correct the estimate.
 
 An ``n``-choice request takes ``n`` slots (at most ``max_concurrent``): it streams
 ``n`` sequences, and the engine's work is theirs.
@@ -25,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import logging
 import math
 import time
 from collections.abc import AsyncIterator, Callable
@@ -34,6 +40,8 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.ttft_estimate import ServiceRate, TTFTEstimate
+
+logger = logging.getLogger("dlfp.admission")
 
 SLO_RECHECK_S = 0.25
 """How often a queued request's SLO prediction is checked again."""
@@ -54,10 +62,9 @@ class AdmissionLimits(BaseModel):
     """Longest a request waits for a slot before a 429."""
     slo_check: bool = True
     """Turn away requests predicted to miss ttft_slo_ms."""
-    slo_queue_check: bool = False
+    slo_queue_check: bool = True
     """Also predict the wait for a slot, and refuse a queued request as soon as its wait
-    plus prediction exceeds ttft_slo_ms. Off by default: on a burst of 300 streams it kept
-    the admitted requests' P99 TTFT within the objective but served fewer within it."""
+    so far plus its prediction exceeds ttft_slo_ms."""
     min_slo_samples: int = Field(default=4, ge=1)
     """Measured first tokens needed before the SLO check trusts its throughput."""
 
@@ -138,7 +145,7 @@ class Admission:
         self._pending_prefill = 0
         self._num_reserved = 0
         self.ttft_estimate = TTFTEstimate()
-        self.service_rate = ServiceRate(clock)
+        self.service_rate = ServiceRate()
         self.draining = False
 
     @property
@@ -166,7 +173,7 @@ class Admission:
 
     def retry_after_s(self) -> int:
         """Seconds until the queue ahead has likely drained, from the observed service rate."""
-        rate = self.service_rate.value
+        rate = self.service_rate.value(self.limits.max_concurrent)
         if not rate:
             return 1
         return max(1, min(120, math.ceil((self.num_queued + 1) / rate)))
@@ -187,9 +194,9 @@ class Admission:
         needed -= self.limits.max_concurrent
         if needed <= 0:
             return 0.0
-        rate = self.service_rate.value
-        # NOTE: no rate measured yet (the gateway was never full): no wait is predicted,
-        # so nothing is refused for a wait the gateway has not yet measured.
+        rate = self.service_rate.value(self.limits.max_concurrent)
+        # NOTE: no hold times measured yet: no wait is predicted, so nothing is refused
+        # for a wait the gateway has not yet measured.
         return needed / rate if rate else 0.0
 
     def predicted_ttft_s(
@@ -200,10 +207,12 @@ class Admission:
             return None
         ahead = self._ahead(priority, waiter)
         wait_s = self._slot_wait_s(num_slots, ahead) if self.limits.slo_queue_check else 0.0
-        # NOTE: the prompts queued ahead are prefilled while this one waits for its slot;
-        # counting them again after the wait refused half of a burst the gateway served.
-        tokens = self._pending_prefill if wait_s > 0 else self._tokens_ahead(priority, waiter)
-        return wait_s + self.ttft_estimate.predict_s(tokens + prefill_tokens)
+        fixed_s, per_token_s = self.ttft_estimate.line()
+        prefill_ahead_s = per_token_s * self._tokens_ahead(priority, waiter)
+        # NOTE: the prompts ahead are prefilled while this one waits for its slot, so its
+        # first token waits for the later of the two, not their sum: adding them refused
+        # half of a burst the gateway served within the objective.
+        return max(wait_s, prefill_ahead_s) + fixed_s + per_token_s * prefill_tokens
 
     def update_limits(self, limits: AdmissionLimits) -> None:
         self.limits = limits
@@ -226,7 +235,8 @@ class Admission:
             reservation.release()
         num_slots = max(1, min(num_slots, self.limits.max_concurrent))
         self._check_admissible(prefill_tokens, priority, ttft_slo_s, num_slots)
-        if self._fits(num_slots) and not self._queue:
+        queued = not (self._fits(num_slots) and not self._queue)
+        if not queued:
             self._active += num_slots
         else:
             waiter = _Waiter(
@@ -248,13 +258,28 @@ class Admission:
             if not ticket._prefilled:
                 self._pending_prefill = max(0, self._pending_prefill - prefill_tokens)
             self._active -= num_slots
-            self.service_rate.released(num_slots, saturated=bool(self._queue))
+            self.service_rate.released(num_slots, self._clock() - ticket.admitted_s, queued)
             self._wake()
 
     def _fits(self, num_slots: int) -> bool:
         return self._active == 0 or self._active + num_slots <= self.limits.max_concurrent
 
-    def _slo_refusal(self, predicted_s: float, ttft_slo_s: float) -> AdmissionRejected:
+    def _slo_refusal(
+        self, predicted_s: float, ttft_slo_s: float, waited_s: float = 0.0
+    ) -> AdmissionRejected:
+        logger.info(
+            "refused for the TTFT objective",
+            extra={
+                "event": "slo_refusal",
+                "waited_s": round(waited_s, 3),
+                "predicted_s": round(predicted_s, 3),
+                "ttft_slo_s": ttft_slo_s,
+                "num_active": self._active,
+                "num_queued": len(self._queue),
+                "pending_prefill_tokens": self._pending_prefill,
+                "slots_per_s": self.service_rate.value(self.limits.max_concurrent),
+            },
+        )
         return AdmissionRejected(
             "slo",
             f"predicted time to first token {predicted_s:.1f} s exceeds the "
@@ -284,8 +309,9 @@ class Admission:
         )
         if predicted is None:
             return None
-        total = self._clock() - waiter.arrival_s + predicted
-        return self._slo_refusal(total, slo_s) if total > slo_s else None
+        waited = self._clock() - waiter.arrival_s
+        total = waited + predicted
+        return self._slo_refusal(total, slo_s, waited) if total > slo_s else None
 
     def check_capacity(self) -> None:
         """The cheap refusals (draining, concurrency, queue full), before any tokenizing.

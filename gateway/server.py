@@ -12,9 +12,12 @@ so that its supervisor restarts it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
+import socket
 import time
+from collections.abc import Iterable
 from types import FrameType
 
 import uvicorn
@@ -31,6 +34,30 @@ CUT_GRACE_S = 5.0
 """After the drain deadline: how long the cut streams get to send their last events."""
 
 
+UNSENT_LIMIT_BYTES = 128 * 1024
+"""Most bytes a connection's kernel buffer holds that are not yet sent
+(``TCP_NOTSENT_LOWAT``)."""
+
+
+def limit_unsent(servers: Iterable[asyncio.AbstractServer]) -> None:
+    """Cap the unsent bytes of every connection the listening sockets accept.
+
+    NOTE: ``stream_write_timeout_s`` starts when a write blocks. Without the cap Linux
+    grows a connection's send buffer up to ``tcp_wmem``'s 4 MB, and a client that
+    stopped reading 8 streams of 20 logprobs took 30 s to fill it before any write
+    blocked, so its slots were held for a minute. The sockets accepted inherit the
+    option; bytes in flight to a reading client are not limited by it.
+    """
+    option = getattr(socket, "TCP_NOTSENT_LOWAT", None)
+    if option is None:  # not Linux or macOS: the kernel's buffers decide
+        return
+    for server in servers:
+        for sock in getattr(server, "sockets", ()):
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.IPPROTO_TCP, option, UNSENT_LIMIT_BYTES)
+
+
 class GatewayServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, state: GatewayState, drain_s: float) -> None:
         super().__init__(config)
@@ -43,6 +70,7 @@ class GatewayServer(uvicorn.Server):
     async def startup(self, sockets: list[object] | None = None) -> None:  # type: ignore[override]
         self._loop = asyncio.get_running_loop()
         await super().startup(sockets)  # type: ignore[arg-type]
+        limit_unsent(self.servers)
         task = self._loop.create_task(self._watch_engine())
         self._tasks.add(task)
 

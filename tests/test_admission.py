@@ -8,6 +8,7 @@ import contextlib
 import pytest
 
 from gateway.admission import Admission, AdmissionLimits, AdmissionRejected
+from gateway.ttft_estimate import ServiceRate
 
 
 class FakeClock:
@@ -143,36 +144,58 @@ async def test_draining_refuses_new_and_queued() -> None:
     assert admission.num_active == 0
 
 
+def _held(admission: Admission, held_s: float, num: int = 8) -> None:
+    """``num`` requests admitted from the queue, each held its slot ``held_s``."""
+    for _ in range(num):
+        admission.service_rate.released(1, held_s, queued=True)
+
+
 def test_retry_after_follows_service_rate() -> None:
-    clock = FakeClock()
-    admission = Admission(AdmissionLimits(), clock=clock)
+    admission = Admission(AdmissionLimits(max_concurrent=1))
     assert admission.retry_after_s() == 1  # nothing observed yet
-    for _ in range(5):
-        clock.now += 4.0
-        admission.service_rate.released(1, saturated=True)
-    assert admission.service_rate.value == pytest.approx(0.25)
+    _held(admission, 4.0)  # one slot, held 4 s a request: 0.25 slot/s
+    assert admission.service_rate.value(1) == pytest.approx(0.25)
     assert admission.retry_after_s() == 4
 
 
-def test_the_service_rate_counts_only_releases_while_requests_wait() -> None:
+def test_the_slot_rate_is_littles_law_over_requests_admitted_from_the_queue() -> None:
+    rate = ServiceRate(window=4, min_samples=2)
+    rate.released(1, 0.1, queued=False)  # admitted at once: not a full gateway's pace
+    rate.released(1, 8.0, queued=True)
+    assert rate.value(32) is None  # one sample is not enough
+    rate.released(3, 4.0, queued=True)  # 3 slots held 4 s: weighted by its slots
+    assert rate.value(32) == pytest.approx(32 / ((8.0 + 3 * 4.0) / 4))  # 32 slots / 5 s
+    for _ in range(4):  # the last 4 requests only: the load changed
+        rate.released(1, 2.0, queued=True)
+    assert rate.value(32) == pytest.approx(16.0)
+    assert rate.value(8) == pytest.approx(4.0)  # fewer slots in use free fewer a second
+
+
+async def test_the_prefill_ahead_runs_while_a_request_waits_for_its_slot() -> None:
+    """Its first token waits for the later of its slot and the prefill ahead, not their sum."""
     clock = FakeClock()
-    admission = Admission(AdmissionLimits(), clock=clock)
-    rate = admission.service_rate
-    for _ in range(4):
-        clock.now += 2.0
-        rate.released(1, saturated=True)
-    assert rate.value == pytest.approx(0.5)  # 3 slots in 6 s after the first release
-    clock.now += 6.0
-    assert rate.value == pytest.approx(0.25)  # no release since: the rate falls, not jumps
-    rate.released(1, saturated=False)  # the queue emptied: an idle spell may follow
-    clock.now += 600.0
-    rate.released(1, saturated=True)  # the first release of the next busy spell
-    assert rate.value is None
-    for _ in range(5):  # streams admitted together finish together
-        clock.now += 0.01
-        rate.released(2, saturated=True)
-    clock.now += 9.95
-    assert rate.value == pytest.approx(1.0)  # 10 slots over 10 s, not 200 a second
+    limits = AdmissionLimits(max_concurrent=1, max_queue=8, min_slo_samples=2, slo_queue_check=True)
+    admission = Admission(limits, clock=clock)
+    for _ in range(4):  # 10 ms a token, no fixed latency
+        admission.ttft_estimate.add(100, 1.0)
+        admission.ttft_estimate.add(1000, 10.0)
+    _held(admission, 10.0)  # one slot held 10 s a request: 0.1 slot/s
+    release = asyncio.Event()
+
+    async def request(prefill_tokens: int) -> None:
+        async with admission.slot(prefill_tokens=prefill_tokens, ttft_slo_s=30.0):
+            await release.wait()
+
+    holder = asyncio.create_task(request(2000))  # admitted, its prefill not yet done
+    await asyncio.sleep(0)
+    # One slot to free at 0.1 slot/s (10 s) while the 2,000 tokens ahead take about 20 s,
+    # then its own 100: about 21 s, where their sum would be about 31 s.
+    assert admission.predicted_ttft_s(100, priority=0) == pytest.approx(21.0, rel=0.05)
+    behind = asyncio.create_task(request(100))
+    await asyncio.sleep(0)
+    assert admission.num_queued == 1 and not behind.done()  # queued, not refused
+    release.set()
+    await asyncio.gather(holder, behind)
 
 
 async def _warm(clock: FakeClock, admission: Admission) -> None:
@@ -180,9 +203,7 @@ async def _warm(clock: FakeClock, admission: Admission) -> None:
         async with admission.slot(prefill_tokens=100, ttft_slo_s=100) as ticket:
             clock.now += 0.2
             ticket.first_token()
-    for _ in range(3):
-        clock.now += 10.0
-        admission.service_rate.released(1, saturated=True)  # 0.1 slot/s while full
+    _held(admission, 10.0)  # one slot held 10 s a request: 0.1 slot/s
 
 
 async def test_a_queued_request_is_refused_as_soon_as_its_slo_is_lost() -> None:

@@ -13,10 +13,12 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+import pytest
 import uvicorn
 from fastapi import FastAPI
 
 from gateway.app import create_app
+from gateway.server import UNSENT_LIMIT_BYTES, GatewayServer, limit_unsent
 from gateway.settings import Settings
 from tests.conftest import free_port
 from tests.fakes import FakeEngine
@@ -37,13 +39,19 @@ async def served(**settings: Any) -> AsyncIterator[tuple[str, FastAPI]]:
         engine,
     )
     port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
+    server = GatewayServer(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False),
+        app.state.gateway,
+        drain_s=1.0,
     )
     task = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.05)
     await app.state.engine_starter
+    if hasattr(socket, "TCP_NOTSENT_LOWAT"):  # the gateway's own server limits unsent bytes
+        (listening,) = server.servers[0].sockets
+        option = listening.getsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT)
+        assert option == UNSENT_LIMIT_BYTES
     try:
         yield f"http://127.0.0.1:{port}", app
     finally:
@@ -73,6 +81,28 @@ def _open_stream(port: int, max_tokens: int, rcvbuf: int | None = None) -> socke
     ).encode()
     sock.sendall(head + body)
     return sock
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_NOTSENT_LOWAT"), reason="no TCP_NOTSENT_LOWAT")
+async def test_accepted_connections_inherit_the_unsent_limit() -> None:
+    """Else Linux lets a connection's send buffer grow to 4 MB, which a client that stopped
+    reading fills for tens of seconds before any write blocks and the time-out starts."""
+    accepted: asyncio.Future[socket.socket] = asyncio.get_running_loop().create_future()
+
+    def on_connect(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.set_result(writer.get_extra_info("socket"))
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    limit_unsent([server])
+    port = server.sockets[0].getsockname()[1]
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        sock = await asyncio.wait_for(accepted, 5)
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT) == UNSENT_LIMIT_BYTES
+    finally:
+        writer.close()
+        server.close()
+        await server.wait_closed()
 
 
 async def _until(predicate: Any, timeout_s: float) -> float:

@@ -199,7 +199,7 @@ def _admission_view(gateway: GatewayState) -> dict[str, Any]:
             "draining": a.draining,
             "prefill_tokens_per_s": a.ttft_estimate.tokens_per_s(),
             "fixed_latency_s": a.ttft_estimate.fixed_s,
-            "requests_per_s": a.service_rate.value,
+            "requests_per_s": a.service_rate.value(a.limits.max_concurrent),
             "retry_after_s": a.retry_after_s(),
         },
     }

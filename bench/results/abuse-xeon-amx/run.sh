@@ -2,11 +2,13 @@
 # The abuse aims on the embedded model, default settings: a burst of 300 streams against
 # the gateway before the admission changes (BEFORE, a tree of commit 9ab756b:
 # `git archive 9ab756b gateway engine_worker | tar -x -C $BEFORE`) and after (this tree),
-# one gateway at a time in the order before, after, after, before; then 300 surrogate
-# stops, and two non-reading clients at max_concurrent 2, after only.
-# Run from the repository root: bench/results/abuse-xeon-amx/run.sh (PARTS=burst: the bursts only)
+# one gateway at a time in the order before, after, after, before (WARM=1: a second burst
+# on each gateway); then 300 surrogate stops, and two non-reading clients at
+# max_concurrent 2 (STALLED_MAX_CONCURRENT), after only.
+# Run from the repository root: bench/results/abuse-xeon-amx/run.sh
+# (PARTS="burst stalled": those parts only; OUT: another folder for the records)
 set -euo pipefail
-OUT=bench/results/abuse-xeon-amx
+OUT=${OUT:-bench/results/abuse-xeon-amx}
 BEFORE=${BEFORE:-/tmp/before}
 PY=${PY:-.venv/bin/python}
 PORT=${PORT:-8100}
@@ -29,18 +31,30 @@ start() {  # start NAME DIR [ENV...]: a gateway from DIR's code, until /ready
     done
 }
 abuse() { "$PY" -m gateway bench abuse --base-url "$URL" --admin-token "$TOKEN" "$@"; }
+PARTS=${PARTS:-burst surrogate stalled}
 n=0
 for arm in ${ARMS:-before after after before}; do
+    [[ $PARTS == *burst* ]] || break
     n=$((n + 1))
     dir=$([[ $arm == before ]] && echo "$BEFORE" || pwd)
     start "$arm-$n" "$dir"
     abuse --scenarios burst --results "$OUT/burst-$n-$arm.json" | tee "$OUT/burst-$n-$arm.txt" || true
+    if [[ -n ${WARM:-} ]]; then  # a second burst on the same gateway, 5 s after the first
+        sleep 5
+        abuse --scenarios burst --results "$OUT/burst-$n-$arm-warm.json" \
+            | tee "$OUT/burst-$n-$arm-warm.txt" || true
+    fi
     stop
 done
-[[ ${PARTS:-all} == burst ]] && exit 0
-start after-surrogate "$(pwd)"
-abuse --scenarios surrogate-stop,reply-too-big,deep-schema --results "$OUT/surrogate.json" | tee "$OUT/surrogate.txt" || true
-stop
-start after-stalled "$(pwd)" DLFP_MAX_CONCURRENT=2
-abuse --scenarios stalled-readers --results "$OUT/stalled.json" | tee "$OUT/stalled.txt" || true
-stop
+if [[ $PARTS == *surrogate* ]]; then
+    start after-surrogate "$(pwd)"
+    abuse --scenarios surrogate-stop,reply-too-big,deep-schema --results "$OUT/surrogate.json" \
+        | tee "$OUT/surrogate.txt" || true
+    stop
+fi
+if [[ $PARTS == *stalled* ]]; then
+    slots=${STALLED_MAX_CONCURRENT:-2}
+    start "after-stalled-$slots" "$(pwd)" DLFP_MAX_CONCURRENT="$slots"
+    abuse --scenarios stalled-readers --results "$OUT/stalled-$slots.json" | tee "$OUT/stalled-$slots.txt" || true
+    stop
+fi
