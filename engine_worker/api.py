@@ -69,6 +69,17 @@ class SamplingOptions:
     structural_tag: str | None = None
     """A JSON structural tag (vLLM's structured outputs), e.g. to force a tool call."""
     skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    min_tokens: int = 0
+    """No end-of-sequence or stop token before this many tokens."""
+    stop_token_ids: tuple[int, ...] = ()
+    include_stop_str_in_output: bool = False
+    bad_words: tuple[str, ...] = ()
+    """Words the model may not complete (the engine tokenizes them)."""
+    allowed_token_ids: tuple[int, ...] | None = None
+    """None = every token; else sample only among these."""
+    watermarking: bool | None = None
+    """None = the engine's default (a watermark only if the engine has one configured)."""
 
 
 @dataclass(frozen=True)

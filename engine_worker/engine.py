@@ -40,6 +40,7 @@ from engine_worker.cpu_features import (
 from engine_worker.dlfp_config import Device, DLFPConfig
 from engine_worker.grammar_check import GrammarVetter
 from engine_worker.prompt_prefix import encode_within
+from engine_worker.tokenizer_guard import held
 
 logger = logging.getLogger("dlfp.engine")
 
@@ -194,18 +195,25 @@ def _sampling_params(options: SamplingOptions) -> Any:
         structured = StructuredOutputsParams(structural_tag=options.structural_tag)
     optional = {
         name: value
-        for name in ("top_k", "min_p", "repetition_penalty", "logit_bias")
+        for name in ("top_k", "min_p", "repetition_penalty", "logit_bias", "watermarking")
         if (value := getattr(options, name)) is not None
     }
+    if options.allowed_token_ids is not None:
+        optional["allowed_token_ids"] = list(options.allowed_token_ids)
     return SamplingParams(
         n=options.n,
         max_tokens=options.max_tokens,
+        min_tokens=options.min_tokens,
         temperature=options.temperature,
         top_p=options.top_p,
         skip_special_tokens=options.skip_special_tokens,
+        spaces_between_special_tokens=options.spaces_between_special_tokens,
         **optional,
         seed=options.seed,
         stop=list(options.stop) or None,
+        stop_token_ids=list(options.stop_token_ids) or None,
+        include_stop_str_in_output=options.include_stop_str_in_output,
+        bad_words=list(options.bad_words) or None,
         presence_penalty=options.presence_penalty,
         frequency_penalty=options.frequency_penalty,
         logprobs=options.logprobs,
@@ -524,7 +532,12 @@ class VLLMEngine:
             prompt["cache_salt"] = cache_salt
         try:
             params = _sampling_params(options)
-            collector = await llm.add_request(request_id, prompt, params, priority=priority)
+            if options.bad_words:
+                collector = await self._add_holding_tokenizer(
+                    llm, request_id, prompt, params, priority
+                )
+            else:
+                collector = await llm.add_request(request_id, prompt, params, priority=priority)
         except BaseException as exc:
             # NOTE: vLLM registers the request in its output processor before it sends it
             # to the engine core; a failure after that (msgspec refusing a field, a
@@ -534,10 +547,21 @@ class VLLMEngine:
             if isinstance(exc, VLLMEngineDead):
                 raise EngineDeadError(str(exc)) from exc
             if isinstance(exc, ValueError | TypeError | VLLMClientError):
-                # vLLM's own input checks (token ids out of vocabulary, bad schema, ...).
-                raise InvalidRequestError(str(exc)) from exc
+                # vLLM's own input checks (token ids out of vocabulary, bad schema, ...);
+                # its VLLMValidationError names the field (stop_token_ids, bad_words, ...).
+                raise InvalidRequestError(str(exc), getattr(exc, "parameter", None)) from exc
             raise
         return self._stream(collector)
+
+    async def _add_holding_tokenizer(
+        self, llm: Any, request_id: str, prompt: dict[str, Any], params: Any, priority: int
+    ) -> Any:
+        """``add_request`` under the tokenizer lock, taken off the event loop.
+
+        NOTE: vLLM tokenizes a request's bad words in its renderer's worker thread, and
+        HF fast tokenizers must not run in two threads at once (``tokenizer_lock``)."""
+        async with held(self._tokenizer_lock):
+            return await llm.add_request(request_id, prompt, params, priority=priority)
 
     async def _abort_after_failed_submit(self, request_id: str) -> None:
         if self.is_dead:

@@ -62,19 +62,19 @@ def _compact(structural_tag: str) -> str:
     """At most one whitespace in a row inside the tag's JSON (xgrammar refuses 0).
 
     Structural tags ignore the engine's ``disable_any_whitespace``, and with unbounded
-    whitespace a weak model pads the arguments until max_tokens."""
-
-    def walk(node: Any) -> Any:
+    whitespace a weak model pads the arguments until max_tokens. Walked with a stack,
+    not by recursion, so that no nesting depth can exhaust the interpreter's stack."""
+    root = json.loads(structural_tag)
+    stack: list[Any] = [root]
+    while stack:
+        node = stack.pop()
         if isinstance(node, dict):
-            out = {k: walk(v) for k, v in node.items()}
-            if "max_whitespace_cnt" in out and out["max_whitespace_cnt"] is None:
-                out["max_whitespace_cnt"] = 1
-            return out
-        if isinstance(node, list):
-            return [walk(v) for v in node]
-        return node
-
-    return json.dumps(walk(json.loads(structural_tag)))
+            if "max_whitespace_cnt" in node and node["max_whitespace_cnt"] is None:
+                node["max_whitespace_cnt"] = 1
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return json.dumps(root)
 
 
 def chat_output(

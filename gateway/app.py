@@ -16,7 +16,11 @@ from gateway.admission import Admission
 from gateway.engine_watch import EngineWatch, watch_engine
 from gateway.errors import install_error_handlers
 from gateway.metrics import GatewayMetrics, build_metrics
-from gateway.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
+from gateway.middleware import (
+    AccessMiddleware,
+    BodySizeLimitMiddleware,
+    RequestContextMiddleware,
+)
 from gateway.routes import admin, dashboard, health, openai
 from gateway.settings import Settings
 from gateway.state import GatewayState
@@ -84,6 +88,20 @@ def create_app(
     app.include_router(openai.router)
     app.include_router(admin.router)
     app.include_router(dashboard.router)
+    # NOTE: the last added runs first: ids and the access log, then the keys, then the
+    # body limit, so a request without a key gets 401 before its body is read or sized.
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        AccessMiddleware,
+        api_keys=settings.api_key_set(),
+        metrics_token=settings.metrics_token,
+        protected=_docs_paths(app) if settings.protect_docs else (),
+    )
     app.add_middleware(RequestContextMiddleware)
     return app
+
+
+def _docs_paths(app: FastAPI) -> list[str]:
+    """The pages about the API rather than of it: the docs, the schema, the dashboard."""
+    paths = (app.docs_url, app.swagger_ui_oauth2_redirect_url, app.redoc_url, app.openapi_url)
+    return [path for path in paths if path] + ["/dashboard"]

@@ -1,11 +1,14 @@
-"""Bearer tokens: reading them, and comparing them in constant time."""
+"""Bearer tokens: reading them, comparing them in constant time, and the checks built on them."""
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
+from pydantic import SecretStr
 from starlette.requests import HTTPConnection
+
+from gateway.errors import APIError
 
 
 def bearer_token(request: HTTPConnection) -> str | None:
@@ -21,3 +24,25 @@ def key_matches(token: str | None, keys: Iterable[str]) -> bool:
         return False
     given = token.encode("utf-8", "surrogateescape")
     return any(hmac.compare_digest(given, key.encode("utf-8")) for key in keys)
+
+
+def check_api_key(request: HTTPConnection, keys: Collection[str]) -> None:
+    """``DLFP_API_KEYS`` protects /v1/* (the docs too with ``DLFP_PROTECT_DOCS``); none = open."""
+    if keys and not key_matches(bearer_token(request), keys):
+        raise APIError(
+            401,
+            "a valid API key is required (Authorization: Bearer ...)",
+            code="invalid_api_key",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+def check_metrics_token(request: HTTPConnection, token: SecretStr | None) -> None:
+    """``DLFP_METRICS_TOKEN`` protects /metrics; unset = open."""
+    if token is not None and not key_matches(bearer_token(request), [token.get_secret_value()]):
+        raise APIError(
+            401,
+            "/metrics requires Authorization: Bearer <DLFP_METRICS_TOKEN>",
+            code="invalid_metrics_token",
+            headers={"WWW-Authenticate": "Bearer"},
+        )

@@ -34,6 +34,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from engine_worker.api import ChoiceDelta, EngineDeadError, InvalidRequestError, SamplingOptions
+from engine_worker.tokenizer_guard import held_if
 from gateway.admission import AdmissionRejected, ClientDisconnected, Reservation, Ticket
 from gateway.auth import bearer_token, key_matches
 from gateway.errors import APIError, outcome_of
@@ -43,7 +44,6 @@ from gateway.openai_request import EndpointInput
 from gateway.protocol import ChatCompletion, Completion, Usage
 from gateway.sse import DONE, event, sse_response
 from gateway.state import GatewayState
-from gateway.tokenizer_guard import held_if
 
 MAX_PRIORITY = 1000
 
@@ -226,7 +226,7 @@ class Completions:
         def on_cut() -> list[bytes]:
             stream.outcome = "server_error"
             error = APIError(503, "the gateway is shutting down", code="engine_unavailable")
-            return [event(error.body()), DONE]
+            return [*(event(body) for body in fmt.error_events(error)), DONE]
 
         def on_stalled() -> None:
             stream.outcome = "client_stalled"
@@ -253,7 +253,7 @@ def _reply_response(
     so run in a worker thread, and the route returns the body as it is."""
     # NOTE: vLLM's parsers read the tokenizer: the vocabulary when built (a parser is
     # built for each choice, here), and some decode or encode when parsing. So a reply
-    # read by parsers is built under the engine's tokenizer lock (gateway/tokenizer_guard.py;
+    # read by parsers is built under the engine's tokenizer lock (engine_worker/tokenizer_guard.py;
     # held while the reply is built, not while it is serialized).
     with tokenizer_lock if fmt.has_parsers else contextlib.nullcontext():
         reply = fmt.reply(deltas, total)
@@ -277,7 +277,7 @@ async def _events(
     stream: MeasuredStream, fmt: Formatter, tokenizer_lock: threading.Lock
 ) -> AsyncIterator[bytes]:
     """One event per engine delta that carries tokens or a finish reason. Parsers run
-    under the tokenizer lock (``gateway/tokenizer_guard.py``), never across a write."""
+    under the tokenizer lock (``engine_worker/tokenizer_guard.py``), never across a write."""
     try:
         for chunk in fmt.preamble():
             yield event(chunk)
@@ -295,7 +295,8 @@ async def _events(
     except Exception as exc:  # any engine failure: the client must see the stream end
         status = 503 if isinstance(exc, EngineDeadError) else 500
         error = APIError(status, f"the engine failed during the stream: {exc}", code="engine_error")
-        yield event(error.body())
+        for body in fmt.error_events(error):
+            yield event(body)
     finally:
         await stream.aclose()
     yield DONE

@@ -35,6 +35,12 @@ _TYPES = {
 }
 
 
+def encodable(text: str) -> str:
+    """``text`` with every lone surrogate escaped (``\\ud800``): an error message may
+    quote the request, and a reply that echoes unencodable text fails to render."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class ErrorDetail(BaseModel):
     message: str
     type: str
@@ -58,6 +64,7 @@ class APIError(Exception):
         code: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
+        message, param = encodable(message), None if param is None else encodable(param)
         super().__init__(message)
         self.status = status
         self.message = message

@@ -1,4 +1,5 @@
-"""ASGI middleware: request ids and the access log, and the request body size limit."""
+"""ASGI middleware: request ids and the access log, the key checks made before the body
+is read, and the request body size limit."""
 
 from __future__ import annotations
 
@@ -6,17 +7,21 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Collection, Iterable
 from typing import Any
 
+from pydantic import SecretStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.auth import check_api_key, check_metrics_token
 from gateway.errors import APIError
 from gateway.logs import request_id_var
 
 logger = logging.getLogger("dlfp.http")
 
-_VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+_VALID_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 
 
 class RequestContextMiddleware:
@@ -34,7 +39,7 @@ class RequestContextMiddleware:
         arrival = time.perf_counter()
         headers = dict(scope.get("headers") or [])
         given = headers.get(b"x-request-id", b"").decode("latin-1")
-        request_id = given if _VALID_ID.match(given) else uuid.uuid4().hex
+        request_id = given if _VALID_ID.fullmatch(given) else uuid.uuid4().hex
         state: dict[str, Any] = scope.setdefault("state", {})
         state["request_id"] = request_id
         state["arrival_s"] = arrival
@@ -72,6 +77,49 @@ def _log_access(scope: Scope, status: int, arrival: float) -> None:
             "duration_s": round(time.perf_counter() - arrival, 4),
         },
     )
+
+
+class AccessMiddleware:
+    """The key checks that need only the path and the headers, made before the app reads
+    the body, so an unauthenticated client costs neither a body read nor a JSON parse:
+    /v1/* needs an API key, /metrics the scrape token, and each of ``protected`` (a path
+    and what lies under it; the docs and the dashboard with ``DLFP_PROTECT_DOCS``) an API
+    key. A refusal is the OpenAI error body, as the route's own check would give."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        api_keys: Collection[str],
+        metrics_token: SecretStr | None,
+        protected: Iterable[str] = (),
+    ) -> None:
+        self.app = app
+        self.api_keys = frozenset(api_keys)
+        self.metrics_token = metrics_token
+        self.keyed = ("/v1", *protected)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            try:
+                self._check(scope)
+            except APIError as exc:
+                await exc.response()(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _check(self, scope: Scope) -> None:
+        path = _route_path(scope)
+        if any(path == root or path.startswith(root + "/") for root in self.keyed):
+            check_api_key(HTTPConnection(scope), self.api_keys)
+        elif path == "/metrics":
+            check_metrics_token(HTTPConnection(scope), self.metrics_token)
+
+
+def _route_path(scope: Scope) -> str:
+    """The path the router matches: without the ``root_path`` a proxy mounts it under."""
+    path: str = scope.get("path", "")
+    root: str = scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
 
 
 class BodySizeLimitMiddleware:

@@ -7,13 +7,15 @@ rest: the chunk envelope, the usage chunk, and collecting a reply by choice.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from engine_worker.api import ChoiceDelta, OutputParser, ParsedOutput, ToolCallDelta
+from gateway.errors import APIError
 from gateway.protocol import (
     AssistantMessage,
     ChatChoice,
@@ -30,6 +32,8 @@ from gateway.protocol import (
     TopLogprob,
     Usage,
 )
+
+logger = logging.getLogger("dlfp.gateway")
 
 
 def usage(num_prompt_tokens: int, num_generated_tokens: int) -> Usage:
@@ -115,6 +119,10 @@ class Formatter:
         """The events one engine delta makes: here one chunk, or none yet."""
         choice = self.stream_choice(delta)
         return [] if choice is None else [self.chunk([choice])]
+
+    def error_events(self, error: APIError) -> list[dict[str, Any]]:
+        """The events that end a stream with ``error``: OpenAI's error body."""
+        return [error.body()]
 
     def closing(self, num_prompt_tokens: int, num_generated_tokens: int) -> list[dict[str, Any]]:
         """Events after the last delta: the usage chunk, if asked for."""
@@ -254,12 +262,23 @@ class ChatFormatter(Formatter):
         if parser is None:
             return AssistantMessage(content=text), finish_reason
         parsed = parser.parse(text, [t for d in deltas for t in d.token_ids])
-        calls = [
-            ToolCall(
-                id=c.id or "", function=FunctionCall(name=c.name or "", arguments=c.arguments or "")
+        try:
+            calls = [
+                ToolCall(
+                    id=c.id or "",
+                    function=FunctionCall(name=c.name or "", arguments=c.arguments or ""),
+                )
+                for c in parsed.tool_calls
+            ]
+        except ValidationError as exc:
+            # NOTE: the parser accepted a call the reply's models refuse (an empty name,
+            # or one over 256 characters): the model's text goes back as it is, with the
+            # engine's finish reason, rather than a reply that fails validation (a 500).
+            logger.warning(
+                "tool call refused by the reply model; returned as content",
+                extra={"event": "tool_call_refused", "error": exc.errors()[0].get("msg")},
             )
-            for c in parsed.tool_calls
-        ]
+            return AssistantMessage(content=text), finish_reason
         if calls and not self._is_named and finish_reason in ("stop", None):
             finish_reason = "tool_calls"
         message = AssistantMessage(

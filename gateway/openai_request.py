@@ -54,12 +54,14 @@ def context_exceeded(
     )
 
 
-def _max_tokens(requested: int | None, num_prompt: int, max_model_len: int, limit: int) -> int:
+def _max_tokens(
+    requested: int | None, num_prompt: int, max_model_len: int, limit: int, prompt_param: str
+) -> int:
     if num_prompt == 0:
-        raise APIError(400, "the prompt is empty", param="prompt")
+        raise APIError(400, "the prompt is empty", param=prompt_param)
     room = max_model_len - num_prompt
     if room <= 0:
-        raise context_exceeded(num_prompt, max_model_len, "messages")
+        raise context_exceeded(num_prompt, max_model_len, prompt_param)
     if requested is None:
         return min(room, limit)
     if requested > limit:
@@ -94,6 +96,21 @@ def _logit_bias(bias: dict[str, float] | None) -> dict[int, float] | None:
         return {int(token): float(value) for token, value in bias.items()}
     except ValueError:
         raise APIError(400, "logit_bias keys must be token ids", param="logit_bias") from None
+
+
+def _output_fields(body: ChatCompletionRequest | CompletionRequest) -> dict[str, Any]:
+    """vLLM's output extensions, as ``SamplingOptions`` fields."""
+    allowed = body.allowed_token_ids
+    return {
+        "min_tokens": body.min_tokens,
+        "stop_token_ids": tuple(body.stop_token_ids or ()),
+        "include_stop_str_in_output": body.include_stop_str_in_output,
+        "skip_special_tokens": body.skip_special_tokens,
+        "spaces_between_special_tokens": body.spaces_between_special_tokens,
+        "bad_words": tuple(body.bad_words or ()),
+        "allowed_token_ids": None if allowed is None else tuple(allowed),
+        "watermarking": body.watermarking,
+    }
 
 
 def _strict(tool: dict[str, Any]) -> dict[str, Any]:
@@ -209,20 +226,27 @@ class _Input(Generic[BodyT]):
         except ValueError as exc:
             raise APIError(400, str(exc), param="stop") from exc
         requested = self.requested_max_tokens()
-        max_tokens = _max_tokens(requested, num_prompt, max_model_len, limit)
+        max_tokens = _max_tokens(requested, num_prompt, max_model_len, limit, self.prompt_param)
         if requested is None and isinstance(defaults.get("max_tokens"), int):
             max_tokens = min(max_tokens, defaults["max_tokens"])
-        return SamplingOptions(
-            max_tokens=max_tokens,
-            seed=body.seed,
-            stop=stop,
-            n=body.n,
-            logprobs=self.logprobs(),
-            ignore_eos=body.ignore_eos,
-            logit_bias=_logit_bias(body.logit_bias),
+        if body.min_tokens > max_tokens:
+            refused = f"min_tokens={body.min_tokens} exceeds max_tokens={max_tokens}"
+            raise APIError(400, refused, param="min_tokens")
+        fields: dict[str, Any] = {
+            "max_tokens": max_tokens,
+            "seed": body.seed,
+            "stop": stop,
+            "n": body.n,
+            "logprobs": self.logprobs(),
+            "ignore_eos": body.ignore_eos,
+            "logit_bias": _logit_bias(body.logit_bias),
             **sampling_values(body, defaults),
-            **self.constraints(),
-        )
+            **_output_fields(body),
+        }
+        # NOTE: the constraints win over the body's fields: a tool or reasoning parser that
+        # reads special tokens (hermes' <tool_call>) turns skip_special_tokens off, as on
+        # vLLM's server; skipping them would hide the call it must read (docs/api.md).
+        return SamplingOptions(**(fields | self.constraints()))
 
     def formatter(self, completion_id: str, model: str) -> Formatter:
         raise NotImplementedError
@@ -244,14 +268,6 @@ class ChatInput(_Input[ChatCompletionRequest]):
         body = self.body
         if body.top_logprobs is not None and not body.logprobs:
             raise APIError(400, "top_logprobs requires logprobs=true", param="top_logprobs")
-        if body.echo:
-            raise APIError(400, "echo is not supported", param="echo")
-        for name in ("audio", "prediction", "web_search_options"):
-            if getattr(body, name) is not None:
-                raise APIError(400, f"{name} is not supported", param=name)
-        if body.modalities is not None and body.modalities != ["text"]:
-            refused = 'modalities other than ["text"] are not supported'
-            raise APIError(400, refused, param="modalities")
         for i, message in enumerate(body.messages):
             if (j := message.refused_part()) is not None:
                 param = f"messages.{i}.content.{j}"
@@ -290,6 +306,8 @@ class ChatInput(_Input[ChatCompletionRequest]):
         if body.response_format is not None:
             request["response_format"] = body.response_format.model_dump(by_alias=True)
         request["include_reasoning"] = body.include_reasoning
+        # The parser may turn it off (it never turns it on): see ``options``.
+        request["skip_special_tokens"] = body.skip_special_tokens
         return request
 
     def constraints(self) -> dict[str, Any]:
@@ -321,8 +339,6 @@ class CompletionInput(_Input[CompletionRequest]):
         super().check(engine)
         if self.num_prompts != 1:
             raise APIError(400, "batched prompts are not supported; send one", param="prompt")
-        if self.body.echo:
-            raise APIError(400, "echo is not supported", param="echo")
         # Text was checked with the body (``protocol.check_text``).
         if not isinstance(self.prompt, str) and any(t < 0 for t in self.prompt):
             raise APIError(400, "token ids must be non-negative", param="prompt")

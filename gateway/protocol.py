@@ -2,14 +2,16 @@
 
 Bounds live on the fields so that a bad value is a 400 with the field named,
 before anything reaches the engine. No field is silently ignored: a request field
-is honoured, refused by name (``REFUSED_FIELDS``, checked by the endpoint), or in
-``IGNORED_FIELDS``, the list docs/api.md gives; any other is a 400 naming it. A
-field sent as ``null`` counts as unset.
+is honoured, refused by name unless sent with its no-op value (a field marked
+``Refused``), or in ``IGNORED_REASONS``, harmless; docs/api.md lists all three and
+any other field is a 400 naming it. A field sent as ``null`` counts as unset.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import json
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
@@ -18,63 +20,68 @@ from gateway.errors import APIError
 MAX_N = 8
 MAX_STOP = 4
 MAX_TOP_LOGPROBS = 20
+MAX_STOP_TOKEN_IDS = 64
+MAX_BAD_WORDS = 128
+"""vLLM's own limit (``VLLM_MAX_NUM_BAD_WORDS``) is on the token sequences the words make,
+up to two a word: past it, vLLM's error names ``bad_words``."""
+MAX_ALLOWED_TOKEN_IDS = 8192
 
 TokenCount = Annotated[int, Field(ge=1, le=1_000_000)]
+TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]
+"""Checked against the vocabulary by the engine (vLLM's own check, naming the field)."""
 
-IGNORED_FIELDS = frozenset(
-    {
-        # OpenAI's bookkeeping fields: nothing is stored or billed here.
-        "user",
-        "metadata",
-        "service_tier",
-        "store",
-        "prompt_cache_key",
-        "safety_identifier",
-        # vLLM extensions this gateway does not implement.
-        "add_generation_prompt",
-        "add_special_tokens",
-        "allowed_token_ids",
-        "bad_words",
-        "chat_template",
-        "chat_template_kwargs",
-        "continue_final_message",
-        "documents",
-        "ec_transfer_params",
-        "include_stop_str_in_output",
-        "kv_transfer_params",
-        "length_penalty",
-        "logprob_token_ids",
-        "media_io_kwargs",
-        "min_tokens",
-        "mm_payload",
-        "mm_processor_kwargs",
-        "prompt_logprobs",
-        "reasoning_effort",
-        "repetition_detection",
-        "request_id",
-        "return_mm_kwargs",
-        "return_prompt_text",
-        "return_token_offsets",
-        "return_tokens_as_token_ids",
-        "routed_experts_prompt_start",
-        "session_id",
-        "skip_special_tokens",
-        "spaces_between_special_tokens",
-        "stop_token_ids",
-        "stream_interval",
-        "structured_outputs",
-        "thinking_token_budget",
-        "truncate_prompt_tokens",
-        "truncation_side",
-        "use_beam_search",
-        "vllm_xargs",
-        "watermarking",
+IGNORED_REASONS: dict[str, str] = {
+    # OpenAI's bookkeeping: nothing is stored, billed or tracked here.
+    "user": "an end-user id for OpenAI's abuse monitoring; nothing is tracked",
+    "safety_identifier": "an end-user id for OpenAI's abuse monitoring; nothing is tracked",
+    "metadata": "tags for stored completions; nothing is stored",
+    "store": "nothing is stored",
+    "service_tier": "there is one tier; order is set by priority",
+    "prompt_cache_key": "a cache-routing hint; the prefix cache needs none (cache_salt isolates)",
+    # vLLM's routing and serving hints: the text generated is the same.
+    "request_id": "the completion id is the gateway's own, unique (X-Request-Id is logged)",
+    "session_id": "a routing hint that groups related requests; there is one engine",
+    "kv_transfer_params": "disaggregated prefill; no KV connector is configured",
+    "ec_transfer_params": "disaggregated encoder cache; no connector is configured",
+    "stream_interval": "batches streamed tokens; the same text arrives, one event per delta",
+    "routed_experts_prompt_start": "routed-expert data is never returned",
+    "truncation_side": "applies only with truncate_prompt_tokens, which is refused",
+    # vLLM reads these on its /render endpoints or for media only.
+    "mm_payload": "vLLM reads it on its /render endpoints only",
+    "return_mm_kwargs": "vLLM reads it on its /render endpoints only",
+    "return_token_offsets": "vLLM reads it on its /render endpoints only",
+    "media_io_kwargs": "loads image, audio or video input, which is refused",
+    "mm_processor_kwargs": "processes image, audio or video input, which is refused",
+}
+"""Accepted and deliberately without effect, each with why (docs/api.md lists them)."""
+
+IGNORED_FIELDS = frozenset(IGNORED_REASONS)
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Marks a request field (``Annotated[..., Refused(reason)]``) accepted only at a value
+    without effect: its default, or one of ``also``. Any other value is a 400 naming it."""
+
+    reason: str
+    also: tuple[Any, ...] = ()
+
+    def is_no_op(self, value: Any, default: Any) -> bool:
+        return bool(value == default or value in self.also)
+
+    def message(self, name: str, default: Any) -> str:
+        no_ops = [f"send {json.dumps(v)}" for v in (default, *self.also) if v is not None]
+        return f"{name} is not supported: {self.reason}; " + " or ".join(["leave it out", *no_ops])
+
+
+def refused_fields(model: type[BaseModel]) -> dict[str, Refused]:
+    """The fields of ``model`` refused unless sent with their no-op value."""
+    return {
+        name: marker
+        for name, info in model.model_fields.items()
+        for marker in info.metadata
+        if isinstance(marker, Refused)
     }
-)
-"""Accepted and deliberately without effect (docs/api.md: "No field is silently ignored")."""
-
-REFUSED_FIELDS = ("audio", "prediction", "web_search_options", "modalities")
-"""Accepted by the schema only to be refused by name (``modalities`` unless ``["text"]``)."""
 
 
 def _unset_dropped(data: Any, ignored: frozenset[str] = frozenset()) -> Any:
@@ -137,6 +144,15 @@ class _Request(BaseModel):
         # own errors do) cannot be rendered, so no later check may see one.
         check_text(data)
         return _unset_dropped(data, IGNORED_FIELDS)
+
+    @model_validator(mode="after")
+    def _refuse(self) -> Self:
+        fields = type(self).model_fields
+        for name, marker in refused_fields(type(self)).items():
+            default = fields[name].default
+            if name in self.model_fields_set and not marker.is_no_op(getattr(self, name), default):
+                raise APIError(400, marker.message(name, default), param=name)
+        return self
 
 
 class _Part(BaseModel):
@@ -234,7 +250,53 @@ class ResponseFormat(_Part):
         return self
 
 
-class _SamplingFields(_Request):
+class EngineFields(_Request):
+    """vLLM's output extensions that all three of its request models take (/v1/responses
+    hands them on to the chat request)."""
+
+    stop_token_ids: list[TokenId] | None = Field(default=None, max_length=MAX_STOP_TOKEN_IDS)
+    """vLLM extension: also stop at any of these tokens (kept in the text unless special)."""
+    include_stop_str_in_output: StrictBool = False
+    """vLLM extension: keep the stop string that ended the text."""
+    skip_special_tokens: StrictBool = True
+    """vLLM extension: leave special tokens out of the text. A tool or reasoning parser
+    that reads special tokens turns it off (``ChatInput.options``)."""
+    watermarking: StrictBool | None = None
+    """vLLM extension: the engine's watermark on or off (none unless the engine has one)."""
+    structured_outputs: Annotated[
+        dict[str, Any] | None, Refused("use response_format, or tool_choice to force a call")
+    ] = None
+    vllm_xargs: Annotated[
+        dict[str, Any] | None, Refused("no sampling plugin reads them", also=({},))
+    ] = None
+
+
+class TemplateFields(_Request):
+    """vLLM's chat-templating extensions, refused: the engine templates the messages and
+    tools alone (``Engine.render_chat``), and the variables vLLM's server passes to the
+    template reach its reasoning and tool parsers too (a thinking switch changes how the
+    output is read), which the gateway builds without them."""
+
+    chat_template: Annotated[str | None, Refused("a client's Jinja template is never run")] = None
+    chat_template_kwargs: Annotated[
+        dict[str, Any] | None, Refused("template variables are not passed", also=({},))
+    ] = None
+    reasoning_effort: Annotated[
+        str | None, Refused("it sets the template's thinking mode, which is not passed")
+    ] = None
+    documents: Annotated[Any, Refused("documents are not passed to the template")] = None
+    add_generation_prompt: Annotated[
+        StrictBool, Refused("the assistant's turn is always opened")
+    ] = True
+    continue_final_message: Annotated[
+        StrictBool, Refused("the last message is never continued")
+    ] = False
+    add_special_tokens: Annotated[
+        StrictBool, Refused("only the template's own special tokens are used")
+    ] = False
+
+
+class _SamplingFields(EngineFields):
     model: str = Field(min_length=1, max_length=256)
     max_tokens: TokenCount | None = None
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
@@ -264,6 +326,39 @@ class _SamplingFields(_Request):
     """vLLM extension: prefix-cache entries are shared only between equal salts."""
     return_token_ids: StrictBool = False
     """vLLM extension: each streamed choice also carries its generated ``token_ids``."""
+    min_tokens: int = Field(default=0, ge=0, le=1_000_000)
+    """vLLM extension: no end-of-sequence or stop token before this many tokens."""
+    spaces_between_special_tokens: StrictBool = True
+    """vLLM extension: a space between adjacent special tokens in the text."""
+    bad_words: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(
+        default=None, max_length=MAX_BAD_WORDS
+    )
+    """vLLM extension: words the model may not complete."""
+    allowed_token_ids: list[TokenId] | None = Field(
+        default=None, min_length=1, max_length=MAX_ALLOWED_TOKEN_IDS
+    )
+    """vLLM extension: sample only among these tokens."""
+    # vLLM's extensions the gateway does not implement.
+    use_beam_search: Annotated[StrictBool, Refused("beam search is not implemented")] = False
+    length_penalty: Annotated[
+        float, Refused("it applies to beam search, which is not implemented")
+    ] = 1.0
+    prompt_logprobs: Annotated[int | None, Refused("prompt logprobs are not returned")] = None
+    logprob_token_ids: Annotated[list[int] | None, Refused("use top_logprobs", also=([],))] = None
+    return_tokens_as_token_ids: Annotated[
+        StrictBool | None, Refused("logprob tokens are text", also=(False,))
+    ] = None
+    return_prompt_text: Annotated[
+        StrictBool | None, Refused("the templated prompt is not returned", also=(False,))
+    ] = None
+    truncate_prompt_tokens: Annotated[
+        int | None, Refused("a prompt is never cut: one too long is refused")
+    ] = None
+    thinking_token_budget: Annotated[int | None, Refused("no thinking budget is enforced")] = None
+    repetition_detection: Annotated[
+        dict[str, Any] | None, Refused("repetition detection is not implemented")
+    ] = None
+    echo: Annotated[StrictBool, Refused("the prompt is not echoed")] = False
 
     def stop_list(self) -> tuple[str, ...]:
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -293,7 +388,7 @@ class NamedToolChoice(_Part):
     function: NamedFunction
 
 
-class ChatCompletionRequest(_SamplingFields):
+class ChatCompletionRequest(_SamplingFields, TemplateFields):
     messages: list[ChatMessage] = Field(min_length=1, max_length=1024)
     max_completion_tokens: TokenCount | None = None
     logprobs: StrictBool = False
@@ -305,13 +400,10 @@ class ChatCompletionRequest(_SamplingFields):
     parallel_tool_calls: StrictBool | None = None
     include_reasoning: StrictBool = True
     """vLLM extension: with a reasoning parser, return the thinking text in ``reasoning``."""
-    echo: StrictBool = False
-    """vLLM extension, refused when true (as on /v1/completions)."""
-    # Refused by name, see REFUSED_FIELDS.
-    audio: Any = None
-    prediction: Any = None
-    web_search_options: Any = None
-    modalities: Any = None
+    audio: Annotated[Any, Refused("audio output is not supported")] = None
+    prediction: Annotated[Any, Refused("predicted outputs are not supported")] = None
+    web_search_options: Annotated[Any, Refused("web search is not supported")] = None
+    modalities: Annotated[Any, Refused("the output is text only", also=(["text"],))] = None
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
@@ -325,8 +417,10 @@ class ChatCompletionRequest(_SamplingFields):
 class CompletionRequest(_SamplingFields):
     prompt: str | list[str] | list[int] = Field(min_length=0)
     logprobs: int | None = Field(default=None, ge=0, le=5)
-    echo: StrictBool = False
     response_format: ResponseFormat | None = None
+    add_special_tokens: Annotated[
+        StrictBool, Refused("the tokenizer's special tokens are always added")
+    ] = True
 
     def requested_max_tokens(self) -> int | None:
         return self.max_tokens

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from engine_worker.api import ChoiceDelta, OutputParser
 from gateway.errors import APIError
@@ -23,11 +23,15 @@ from gateway.openai_request import ChatInput
 from gateway.protocol import (
     AssistantMessage,
     ChatCompletionRequest,
+    EngineFields,
+    Refused,
+    TemplateFields,
     TokenCount,
     Usage,
     _Part,
-    _Request,
 )
+
+MAX_INPUT_ITEMS = 1024
 
 
 class ResponsesTool(BaseModel):
@@ -59,9 +63,20 @@ class TextConfig(_Part):
     verbosity: Literal["low", "medium", "high"] | None = None
 
 
-class ResponsesRequest(_Request):
+class ResponsesRequest(EngineFields, TemplateFields):
     model: str = Field(min_length=1, max_length=256)
-    input: str | list[dict[str, Any]] = Field(max_length=1024)
+    input: str | list[dict[str, Any]]
+    """A string (bounded by the body size), or at most ``MAX_INPUT_ITEMS`` items."""
+
+    @field_validator("input")
+    @classmethod
+    def _items_bounded(cls, value: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+        # NOTE: not max_length on the field: that bounded a string input to 1,024
+        # characters too.
+        if isinstance(value, list) and len(value) > MAX_INPUT_ITEMS:
+            raise ValueError(f"at most {MAX_INPUT_ITEMS} input items")
+        return value
+
     instructions: str | None = None
     max_output_tokens: TokenCount | None = None
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
@@ -74,9 +89,10 @@ class ResponsesRequest(_Request):
     stream: StrictBool = False
     priority: int = Field(default=0, ge=-1000, le=1000)
     cache_salt: str | None = Field(default=None, min_length=1, max_length=256)
-    # Refused by name when set: nothing is stored, nothing runs in the background.
-    previous_response_id: str | None = None
-    background: StrictBool | None = None
+    previous_response_id: Annotated[str | None, Refused("nothing is stored")] = None
+    background: Annotated[
+        StrictBool | None, Refused("there is no background mode", also=(False,))
+    ] = None
 
 
 def _text(content: Any, param: str) -> str:
@@ -129,11 +145,6 @@ def _messages(body: ResponsesRequest) -> list[dict[str, Any]]:
 
 
 def _chat_body(body: ResponsesRequest) -> dict[str, Any]:
-    if body.previous_response_id is not None:
-        message = "previous_response_id is not supported: nothing is stored"
-        raise APIError(400, message, param="previous_response_id")
-    if body.background:
-        raise APIError(400, "background mode is not supported", param="background")
     tools = []
     for i, tool in enumerate(body.tools or []):
         if tool.type != "function":
@@ -154,6 +165,7 @@ def _chat_body(body: ResponsesRequest) -> dict[str, Any]:
         "stream": body.stream,
         "priority": body.priority,
         "cache_salt": body.cache_salt,
+        **body.model_dump(include=set(EngineFields.model_fields)),
     }
     choice = body.tool_choice
     chat["tool_choice"] = (
@@ -423,6 +435,19 @@ class ResponsesFormatter(ChatFormatter):
         out.append(self._event("response.output_item.done", output_index=index, item=done))
         self._items.append(done)
         return out
+
+    def error_events(self, error: APIError) -> list[dict[str, Any]]:
+        """A Responses stream ends in error with an ``error`` event, then
+        ``response.failed`` carrying the response so far."""
+        detail = error.body()["error"]
+        failed = self.response("failed", self._items, None)
+        failed["error"] = {"code": detail["code"] or "server_error", "message": detail["message"]}
+        return [
+            self._event(
+                "error", code=detail["code"], message=detail["message"], param=detail["param"]
+            ),
+            self._event("response.failed", response=failed),
+        ]
 
     def closing(self, num_prompt_tokens: int, num_generated_tokens: int) -> list[dict[str, Any]]:
         out = self._close_item()

@@ -117,25 +117,58 @@ class GatewayServer(uvicorn.Server):
                 self._begin_drain()
 
 
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def warn_if_admin_open(settings: Settings) -> bool:
     """Logs ``admin_open`` (and returns True) when /admin has no token off loopback.
 
     /admin then still answers loopback clients only, but a proxy on the same host
     (or a port published by a container runtime) connects from loopback.
     """
-    if settings.admin_token is not None:
+    if settings.admin_token is not None or _is_loopback(settings.host):
         return False
-    try:
-        if ipaddress.ip_address(settings.host).is_loopback:
-            return False
-    except ValueError:
-        if settings.host == "localhost":
-            return False
     logger.warning(
         "admin open: listening beyond loopback with no admin token; set DLFP_ADMIN_TOKEN",
         extra={"event": "admin_open", "host": settings.host},
     )
     return True
+
+
+def warn_if_api_open(settings: Settings) -> bool:
+    """Logs ``api_open`` (and returns True) when /v1 has no API key off loopback: then
+    anyone who reaches the port runs completions on this engine."""
+    if settings.api_key_set() or _is_loopback(settings.host):
+        return False
+    logger.warning(
+        "api open: listening beyond loopback with no API keys; /v1 answers anyone who "
+        "reaches the port. Set DLFP_API_KEYS (or DLFP_API_KEYS_FILE)",
+        extra={"event": "api_open", "host": settings.host},
+    )
+    return True
+
+
+PROBE_CONNECTIONS = 64
+"""Connections uvicorn accepts beyond the admission limits: room for /health, /ready,
+/metrics and the requests refused with 429, so a probe never meets uvicorn's own 503."""
+
+UVICORN_SHUTDOWN_S = 5
+"""After the drain: how long uvicorn waits for open connections before it closes them."""
+
+
+def connection_limit(settings: Settings) -> int:
+    """uvicorn's ``limit_concurrency``: the start-up admission limits plus the probes' room.
+
+    NOTE: computed from the start-up settings only. /admin/admission may raise the
+    admission limits while the gateway runs, but not this one: a rise of more than
+    ``PROBE_CONNECTIONS`` can leave a full gateway answering probes with uvicorn's 503,
+    so a lasting rise belongs in the start-up settings."""
+    limits = settings.admission_limits()
+    return limits.max_concurrent + limits.max_queue + PROBE_CONNECTIONS
 
 
 def serve(settings: Settings) -> int:
@@ -157,13 +190,15 @@ def serve(settings: Settings) -> int:
         },
     )
     warn_if_admin_open(settings)
+    warn_if_api_open(settings)
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         log_config=None,
         access_log=False,
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=UVICORN_SHUTDOWN_S,
+        limit_concurrency=connection_limit(settings),
     )
     GatewayServer(config, state, settings.drain_s).run()
     failed = state.engine_error is not None

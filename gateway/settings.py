@@ -11,6 +11,7 @@ docstrings, so a field added there is an option and a variable here with no code
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
@@ -24,13 +25,16 @@ from pydantic import (
     field_validator,
 )
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from engine_worker.dlfp_config import Device, DLFPConfig
 from gateway.admission import AdmissionLimits
 
 DLFP_FIELDS = tuple(DLFPConfig.model_fields)
 ADMISSION_FIELDS = tuple(AdmissionLimits.model_fields)
+SECRET_FIELDS = ("admin_token", "api_keys", "priority_api_keys", "metrics_token")
+"""Settings that may also come from a file: ``DLFP_<NAME>_FILE`` names it (Docker's
+``*_FILE`` convention, for compose secrets and mounted Kubernetes Secrets)."""
 
 
 def _copied_fields(model: type[BaseModel], optional: bool) -> dict[str, Any]:
@@ -61,6 +65,30 @@ else:
 
 class SettingsError(ValueError):
     """A setting failed validation; the message is one line naming it."""
+
+
+class _SecretFiles(PydanticBaseSettingsSource):
+    """The ``DLFP_<NAME>_FILE`` variables of ``SECRET_FIELDS``: each file's text, stripped,
+    is its setting. An option wins over it and it wins over ``.env``; a variable and its
+    ``_FILE`` twin together are an error, as is a file that cannot be read."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads all the files at once
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name in SECRET_FIELDS:
+            variable = f"DLFP_{name.upper()}"
+            path = os.environ.get(f"{variable}_FILE")
+            if not path:
+                continue
+            if variable in os.environ:
+                raise SettingsError(f"set {variable} or {variable}_FILE, not both")
+            try:
+                values[name] = Path(path).read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise SettingsError(f"{variable}_FILE: cannot read {path}: {exc}") from exc
+        return values
 
 
 class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
@@ -154,13 +182,21 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     """vLLM's scheduling policy; with priority, a request's priority also orders the engine."""
 
-    # --- security and limits ---
+    # --- security and limits (the SECRET_FIELDS may also come from DLFP_<NAME>_FILE) ---
     admin_token: SecretStr | None = None
-    """Bearer token for /admin/*; unset = admin answers only loopback clients."""
+    """Bearer token for /admin/*; unset = admin answers only loopback clients. Or from the
+    file DLFP_ADMIN_TOKEN_FILE names."""
     api_keys: str = ""
-    """Comma-separated bearer keys that protect /v1/*; empty = open."""
+    """Comma-separated bearer keys that protect /v1/*; empty = open (logged as api_open
+    when listening beyond loopback). Or from the file DLFP_API_KEYS_FILE names."""
     priority_api_keys: str = ""
-    """Comma-separated bearer keys allowed priorities below 0; empty = nobody."""
+    """Comma-separated bearer keys allowed priorities below 0; empty = nobody. Or from the
+    file DLFP_PRIORITY_API_KEYS_FILE names."""
+    metrics_token: SecretStr | None = None
+    """Bearer token for /metrics, for the scraper (not an API key); unset or empty = open.
+    Or from the file DLFP_METRICS_TOKEN_FILE names."""
+    protect_docs: bool = False
+    """/docs, /redoc, /openapi.json and /dashboard require an API key, as /v1/* does."""
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     """Largest request body accepted, bytes."""
     max_tools: int = Field(default=128, ge=0, le=128)
@@ -172,6 +208,24 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
     """Largest JSON schema, bytes of compact JSON (a tool's parameters or response_format)."""
     grammar_compile_timeout_s: float = Field(default=10.0, gt=0, le=600)
     """Longest a request's grammar (schema, forced tool call) may take to compile; 400 past it."""
+
+    @field_validator("metrics_token", mode="before")
+    @classmethod
+    def _empty_token_is_unset(cls, value: object) -> object:
+        # An empty Secret key or file keeps /metrics open, as an empty DLFP_API_KEYS keeps /v1.
+        return None if value == "" else value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        secret_files = _SecretFiles(settings_cls)
+        return init_settings, env_settings, secret_files, dotenv_settings, file_secret_settings
 
     def dlfp_config(self, device: Device) -> DLFPConfig:
         """The controller settings in force at start: explicit values over device defaults.

@@ -28,6 +28,7 @@ from engine_worker.dlfp_config import DLFPConfig
 from engine_worker.prompt_prefix import encode_within
 
 BAD_GRAMMAR = "__bad_grammar__"
+VOCAB_SIZE = 1000
 WORDS = ["fake", " token", " stream", " from", " the", " fake", " engine", "."]
 
 
@@ -133,8 +134,11 @@ class FakeEngine:
     ) -> AsyncIterator[GenerationChunk]:
         if self._dead:
             raise EngineDeadError("fake engine is dead")
-        if any(t >= 1000 for t in prompt_token_ids):
+        if any(t >= VOCAB_SIZE for t in prompt_token_ids):
             raise InvalidRequestError("token id out of vocabulary", param="prompt")
+        for name in ("stop_token_ids", "allowed_token_ids"):  # as vLLM checks them
+            if any(t >= VOCAB_SIZE for t in getattr(options, name) or ()):
+                raise InvalidRequestError(f"{name}: token id out of vocabulary", param=name)
         self.submitted.append((request_id, prompt_token_ids, options, priority))
         self.running.add(request_id)
         return self._stream(request_id, len(prompt_token_ids), options)
@@ -142,6 +146,8 @@ class FakeEngine:
     async def _stream(
         self, request_id: str, num_prompt: int, options: SamplingOptions
     ) -> AsyncIterator[GenerationChunk]:
+        """The i-th token has id i; one in ``stop_token_ids`` ends the choice with "stop",
+        unless fewer than ``min_tokens`` came before it."""
         finished = False
         try:
             for i in range(options.max_tokens):
@@ -150,7 +156,9 @@ class FakeEngine:
                     raise EngineDeadError("fake engine died")
                 if self.fail_after_tokens is not None and i >= self.fail_after_tokens:
                     raise self.failure
-                last = i == options.max_tokens - 1
+                stops = i in options.stop_token_ids and i >= options.min_tokens
+                last = stops or i == options.max_tokens - 1
+                reason = "stop" if stops else "length"
                 word = WORDS[i % len(WORDS)]
                 choices = [
                     ChoiceDelta(
@@ -160,12 +168,14 @@ class FakeEngine:
                         logprobs=None
                         if options.logprobs is None
                         else [TokenLogprob(word, -0.5, ((word, -0.5),))],
-                        finish_reason="length" if last else None,
+                        finish_reason=reason if last else None,
                     )
                     for k in range(options.n)
                 ]
                 finished = last
                 yield GenerationChunk(choices=choices, num_prompt_tokens=num_prompt, finished=last)
+                if last:
+                    break
         finally:
             self.running.discard(request_id)
             if not finished:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import httpx
+import uvicorn
 from fastapi import FastAPI
 
 from gateway.app import create_app
@@ -26,6 +29,27 @@ async def fake_client(
         transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 5000))
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
             yield client, app, engine
+
+
+@contextmanager
+def served_in_thread(app: FastAPI) -> Iterator[str]:
+    """``app`` under uvicorn on a free loopback port, in a thread; yields host:port."""
+    from tests.conftest import free_port
+
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
 
 
 def sse_data(text: str) -> list[str]:

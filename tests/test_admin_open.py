@@ -1,4 +1,5 @@
-"""``serve`` warns (event ``admin_open``) when /admin has no token off loopback."""
+"""``serve`` warns when it listens beyond loopback with /admin open (event ``admin_open``,
+no admin token) or /v1 open (event ``api_open``, no API keys)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 
 from gateway import server
-from gateway.server import logger, warn_if_admin_open
+from gateway.server import logger, warn_if_admin_open, warn_if_api_open
 from gateway.settings import Settings
 from tests.fakes import FakeEngine
 
@@ -73,13 +74,73 @@ def test_the_default_settings_do_not_warn(
     assert records == []
 
 
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "gateway.example"])
+def test_api_open_beyond_loopback_without_api_keys(
+    host: str, records: list[logging.LogRecord]
+) -> None:
+    assert warn_if_api_open(_settings(host=host, admin_token="s3cret")) is True
+    (record,) = records
+    assert record.levelno == logging.WARNING
+    assert record.__dict__["event"] == "api_open" and record.__dict__["host"] == host
+    assert "DLFP_API_KEYS" in record.getMessage()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost"])
+def test_api_open_is_silent_on_loopback(host: str, records: list[logging.LogRecord]) -> None:
+    assert warn_if_api_open(_settings(host=host)) is False
+    assert records == []
+
+
+@pytest.mark.parametrize("keys", ["k1", "k1, k2"])
+def test_api_open_is_silent_with_keys(keys: str, records: list[logging.LogRecord]) -> None:
+    assert warn_if_api_open(_settings(host="0.0.0.0", api_keys=keys)) is False
+    assert records == []
+
+
+def test_api_open_counts_keys_not_commas(records: list[logging.LogRecord]) -> None:
+    assert warn_if_api_open(_settings(host="0.0.0.0", api_keys=" , ")) is True
+
+
+def _serve_start_only(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The FAKE engine and a server that returns at once: only the start-up path runs.
+    Returns the uvicorn configs the server was built with."""
+    configs: list[Any] = []
+    monkeypatch.setattr(server, "configure_logging", lambda level: None)
+    monkeypatch.setattr(server, "build_engine", lambda *args, **kwargs: FakeEngine())
+    monkeypatch.setattr(
+        server.GatewayServer, "run", lambda self, sockets=None: configs.append(self.config)
+    )
+    return configs
+
+
 def test_serve_warns_at_start(
     records: list[logging.LogRecord], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The FAKE engine and a server that returns at once: only the start-up path runs.
-    monkeypatch.setattr(server, "configure_logging", lambda level: None)
-    monkeypatch.setattr(server, "build_engine", lambda *args, **kwargs: FakeEngine())
-    monkeypatch.setattr(server.GatewayServer, "run", lambda self, sockets=None: None)
+    _serve_start_only(monkeypatch)
     assert server.serve(_settings(host="0.0.0.0", device="cpu")) == 0
     events = [r.__dict__.get("event") for r in records]
     assert events.index("gateway_start") < events.index("admin_open")
+    assert events.index("gateway_start") < events.index("api_open")
+
+
+def test_serve_with_keys_and_token_does_not_warn(
+    records: list[logging.LogRecord], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _serve_start_only(monkeypatch)
+    settings = _settings(host="0.0.0.0", device="cpu", api_keys="k1", admin_token="t")
+    assert server.serve(settings) == 0
+    events = {r.__dict__.get("event") for r in records}
+    assert "gateway_start" in events and not events & {"admin_open", "api_open"}
+
+
+def test_uvicorn_admits_more_connections_than_admission_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    configs = _serve_start_only(monkeypatch)
+    settings = _settings(device="cpu", max_concurrent=8, max_queue=20)
+    assert server.serve(settings) == 0
+    (config,) = configs
+    assert config.limit_concurrency == server.connection_limit(settings)
+    # Room above every admitted and queued request for the probes and the 429s.
+    assert config.limit_concurrency >= 8 + 20 + 32
+    assert config.timeout_graceful_shutdown == server.UVICORN_SHUTDOWN_S

@@ -26,7 +26,8 @@ from starlette.routing import Route
 
 from engine_worker.embedded_model import SOURCE_DISTRIBUTION, SOURCE_VERSION
 from gateway.app import create_app
-from gateway.settings import Settings
+from gateway.server import CUT_GRACE_S, UVICORN_SHUTDOWN_S
+from gateway.settings import SECRET_FIELDS, Settings
 from tests.conftest import Server
 from tests.fakes import FakeEngine
 from tests.http_helpers import fake_client
@@ -39,8 +40,10 @@ DATASOURCES = DEPLOY / "grafana" / "provisioning" / "datasources" / "prometheus.
 PROVIDERS = DEPLOY / "grafana" / "provisioning" / "dashboards" / "dashboards.yml"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "dlfp-gateway.json"
 GATEWAYS = {"gateway-gpu": ("gpu", "cuda"), "gateway-cpu": ("cpu", "cpu")}
-REQUIRED_VAR = re.compile(r"^\$\{(\w+):\?[^}]+\}$")
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+ENGINE_SHUTDOWN_S = 20
+"""Room left for vLLM's engine to stop after uvicorn has (its core process, the GPU's memory)."""
+SECRET_FILES = {f"DLFP_{name.upper()}_FILE" for name in SECRET_FIELDS}
 
 
 def _yaml(path: Path) -> Any:
@@ -65,9 +68,10 @@ def _seconds(value: str | int) -> float:
 
 
 def _check_dlfp_env(env: dict[str, str], where: str) -> None:
-    """Every DLFP_* variable names a setting, and the literal values validate."""
+    """Every DLFP_* variable names a setting (or a secret setting's file), and the
+    literal values validate."""
     fields = {f"DLFP_{name.upper()}" for name in Settings.model_fields}
-    unknown = {name for name in env if name.startswith("DLFP_")} - fields
+    unknown = {name for name in env if name.startswith("DLFP_")} - fields - SECRET_FILES
     assert not unknown, f"{where}: no such setting {sorted(unknown)}"
     literal = {k[5:].lower(): v for k, v in env.items() if k in fields and "${" not in str(v)}
     Settings.model_validate(literal)
@@ -177,7 +181,12 @@ def test_compose_gateway(name: str, compose: dict[str, Any], routes: set[str]) -
     env = service["environment"]
     _check_dlfp_env(env, name)
     assert env["DLFP_HOST"] == "0.0.0.0" and env["DLFP_DEVICE"] == device
-    assert REQUIRED_VAR.match(env["DLFP_ADMIN_TOKEN"])[1] == "DLFP_ADMIN_TOKEN"  # type: ignore[index]
+    # The secrets arrive as files, one compose secret each, never as variables.
+    assert not {"DLFP_ADMIN_TOKEN", "DLFP_API_KEYS", "DLFP_METRICS_TOKEN"} & set(env)
+    assert set(service["secrets"]) == {"admin_token", "api_keys", "metrics_token"}
+    for secret in service["secrets"]:
+        assert env[f"DLFP_{secret.upper()}_FILE"] == f"/run/secrets/{secret}"
+        assert secret in compose["secrets"]
     port = int(env["DLFP_PORT"])
     assert [p.rsplit(":", 1)[1] for p in service["ports"]] == [str(port)]
     probe = " ".join(service["healthcheck"]["test"])
@@ -187,7 +196,8 @@ def test_compose_gateway(name: str, compose: dict[str, Any], routes: set[str]) -
     mounts = dict(volume.split(":")[:2] for volume in service["volumes"])
     (cache_volume,) = [src for src in mounts if src in compose["volumes"]]
     assert Path(env["DLFP_MODEL_CACHE_DIR"]).is_relative_to(mounts[cache_volume])
-    assert _seconds(service["stop_grace_period"]) > int(env["DLFP_DRAIN_S"])
+    stop_s = float(env["DLFP_DRAIN_S"]) + CUT_GRACE_S + UVICORN_SHUTDOWN_S + ENGINE_SHUTDOWN_S
+    assert _seconds(service["stop_grace_period"]) >= stop_s
     assert "gateway" in service["networks"]["default"]["aliases"]
 
     devices = service.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices")
@@ -215,8 +225,11 @@ def test_compose_health_dependencies_mounts_and_images(compose: dict[str, Any]) 
     assert services["prometheus"]["image"].startswith("prom/prometheus:v")
     assert services["grafana"]["image"].startswith("grafana/grafana:")
     assert services["grafana"]["depends_on"] == {"prometheus": {"condition": "service_healthy"}}
-    password = services["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"]
-    assert REQUIRED_VAR.match(password)[1] == "GRAFANA_ADMIN_PASSWORD"  # type: ignore[index]
+    grafana_env = services["grafana"]["environment"]
+    assert "GF_SECURITY_ADMIN_PASSWORD" not in grafana_env
+    assert services["grafana"]["secrets"] == ["grafana_admin_password"]
+    password_file = "/run/secrets/grafana_admin_password"
+    assert grafana_env["GF_SECURITY_ADMIN_PASSWORD__FILE"] == password_file
 
 
 def _mount_target(service: dict[str, Any], source: str) -> str:
@@ -240,6 +253,15 @@ def test_prometheus_and_grafana_provisioning_agree(
     (job,) = _yaml(PROMETHEUS_CONFIG)["scrape_configs"]
     assert job["scrape_interval"] == "5s"
     assert job["metrics_path"] == "/metrics" and "/metrics" in routes
+    # Prometheus sends the token the gateways read, from the same compose secret.
+    assert job["authorization"] == {
+        "type": "Bearer",
+        "credentials_file": "/run/secrets/metrics_token",
+    }
+    assert prometheus["secrets"] == ["metrics_token"]
+    for name in GATEWAYS:
+        token_file = services[name]["environment"]["DLFP_METRICS_TOKEN_FILE"]
+        assert token_file == job["authorization"]["credentials_file"]
     (dns,) = job["dns_sd_configs"]
     for name in GATEWAYS:  # every gateway service answers to every scraped name
         assert set(dns["names"]) <= set(services[name]["networks"]["default"]["aliases"])
@@ -279,9 +301,16 @@ def promtool() -> str:
     return found
 
 
-def test_promtool_accepts_the_prometheus_config(promtool: str) -> None:
+def test_promtool_accepts_the_prometheus_config(promtool: str, tmp_path: Path) -> None:
+    # promtool also checks that the token file exists: point it at one here.
+    token = tmp_path / "metrics_token"
+    token.write_text("t0ken\n")
+    config = PROMETHEUS_CONFIG.read_text()
+    assert config.count("/run/secrets/metrics_token") == 1
+    checked = tmp_path / "prometheus.yml"
+    checked.write_text(config.replace("/run/secrets/metrics_token", str(token)))
     done = subprocess.run(
-        [promtool, "check", "config", str(PROMETHEUS_CONFIG)], capture_output=True, text=True
+        [promtool, "check", "config", str(checked)], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -454,7 +483,9 @@ def test_k8s_deployment_probes_ports_and_drain(routes: set[str]) -> None:
     assert "value" not in token and token["valueFrom"]["secretKeyRef"]["name"]
     sleep = container["lifecycle"]["preStop"]["exec"]["command"]
     assert sleep[0] == "sleep"
-    assert pod["terminationGracePeriodSeconds"] > int(sleep[1]) + int(env["DLFP_DRAIN_S"])
+    # The kubelet's grace period runs from the preStop hook on.
+    stop_s = float(env["DLFP_DRAIN_S"]) + CUT_GRACE_S + UVICORN_SHUTDOWN_S + ENGINE_SHUTDOWN_S
+    assert pod["terminationGracePeriodSeconds"] >= int(sleep[1]) + stop_s
 
 
 def test_k8s_service_monitor_and_hpa_select_the_deployment(routes: set[str]) -> None:
@@ -472,6 +503,12 @@ def test_k8s_service_monitor_and_hpa_select_the_deployment(routes: set[str]) -> 
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] == port["name"]
     assert endpoint["path"] == "/metrics" and "/metrics" in routes
+    # The scrape sends the token the gateway reads, from the same Secret key.
+    (token,) = [e for e in container["env"] if e["name"] == "DLFP_METRICS_TOKEN"]
+    assert endpoint["authorization"] == {
+        "type": "Bearer",
+        "credentials": {k: token["valueFrom"]["secretKeyRef"][k] for k in ("name", "key")},
+    }
     assert hpa["apiVersion"] == "autoscaling/v2"
     target = hpa["spec"]["scaleTargetRef"]
     assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])

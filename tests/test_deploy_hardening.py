@@ -1,12 +1,15 @@
-"""Safe deployment defaults: compose binds and limits, the hardened pod, the NetworkPolicy.
+"""Safe deployment defaults: compose binds, limits, secrets and hardening, the hardened
+pod, the NetworkPolicy.
 
 Static checks on the files, as in test_deploy.py: no Docker engine or cluster runs
 here. They prove that docker-compose.yml is valid under the Compose Specification's
 JSON schema (vendored in deploy/schema/), that every port is published on loopback
-unless a variable says otherwise, that every service has limits, and that the
-Kubernetes manifests set the fields that harden the gateway. They do not prove that
-the limits fit a real model, nor that the pod starts on a read-only root: every
-path we know vLLM, torch and Triton write is checked to lie on a volume.
+unless a variable says otherwise, that every service has limits, that the secrets
+reach the containers as files kept out of git and of the image, and that the compose
+gateways and the Kubernetes manifests set the fields that harden the gateway. They do
+not prove that the limits fit a real model, nor that the container starts on a
+read-only root: every path we know vLLM, torch and Triton write is checked to lie on
+a volume (or, in compose, a tmpfs).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import jsonschema
 import pytest
 import yaml
 
-from gateway.settings import Settings
+from gateway.settings import SECRET_FIELDS, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -34,7 +37,21 @@ BIND_VARS = {
     "prometheus": "PROMETHEUS_BIND",
     "grafana": "GRAFANA_BIND",
 }
-SECRETS = {"DLFP_ADMIN_TOKEN": "t0ken", "GRAFANA_ADMIN_PASSWORD": "passw0rd"}
+GATEWAYS = ("gateway-gpu", "gateway-cpu")
+SECRETS_DIR = DEPLOY / "secrets"
+# Every path a library in the gateway's image is known to write, by the variable naming it.
+WRITERS = {
+    "DLFP_MODEL_CACHE_DIR",  # the converted model
+    "HOME",  # ~/.triton, ~/.nv, ~/.config/vllm, the image's WORKDIR
+    "TMPDIR",
+    "XDG_CACHE_HOME",
+    "HF_HOME",
+    "VLLM_CACHE_ROOT",  # torch.compile artefacts of vLLM
+    "VLLM_CONFIG_ROOT",
+    "TRITON_CACHE_DIR",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "CUDA_CACHE_PATH",
+}
 _VAR = re.compile(r"\$\{(\w+)(?:(:?)([-?])([^}]*))?\}")
 _DEFAULTED = re.compile(r"^\$\{(\w+):-([^}]+)\}$")
 
@@ -88,7 +105,7 @@ def test_compose_validates_against_the_compose_specification(
     compose: dict[str, Any], compose_validator: jsonschema.protocols.Validator
 ) -> None:
     compose_validator.validate(compose)
-    resolved = interpolate(compose, {**_dotenv(), **SECRETS})
+    resolved = interpolate(compose, _dotenv())
     compose_validator.validate(resolved)
     # The schema has teeth: a misspelt service key is refused.
     broken = json.loads(json.dumps(resolved))
@@ -96,12 +113,70 @@ def test_compose_validates_against_the_compose_specification(
     assert not compose_validator.is_valid(broken)
 
 
-def test_compose_requires_the_secrets(compose: dict[str, Any]) -> None:
-    for missing in SECRETS:
-        env = {**_dotenv(), **SECRETS}
-        del env[missing]
-        with pytest.raises(KeyError, match=missing):
-            interpolate(compose, env)
+def test_compose_secrets_are_files_out_of_git_and_the_image(compose: dict[str, Any]) -> None:
+    secrets = compose["secrets"]
+    assert set(secrets) == {"admin_token", "api_keys", "metrics_token", "grafana_admin_password"}
+    for name, secret in secrets.items():
+        assert set(secret) == {"file"}, f"{name}: a file, not an environment variable"
+        assert secret["file"] == f"${{SECRETS_DIR:-./deploy/secrets}}/{name}"
+        assert interpolate(secret["file"], {}) == f"./deploy/secrets/{name}"
+        assert interpolate(secret["file"], {"SECRETS_DIR": "/srv/s"}) == f"/srv/s/{name}"
+    # A gateway secret names a setting: DLFP_<NAME>_FILE reads /run/secrets/<name>.
+    for name in GATEWAYS:
+        for secret in compose["services"][name]["secrets"]:
+            assert secret in SECRET_FIELDS
+    used = {s for service in compose["services"].values() for s in service.get("secrets", [])}
+    assert used == set(secrets)
+    # The default directory keeps every file but its own .gitignore out of git, and the
+    # image builds from a context without deploy/.
+    ignored = (SECRETS_DIR / ".gitignore").read_text().split()
+    assert "*" in ignored and "!.gitignore" in ignored
+    dockerignore = (ROOT / ".dockerignore").read_text().split()
+    assert "deploy" in dockerignore
+    # No service takes a secret from an environment variable any more.
+    for name, service in compose["services"].items():
+        env = service.get("environment", {})
+        plain = [k for k in env if re.search("TOKEN|PASSWORD|KEYS", k) and k[-5:] != "_FILE"]
+        assert not plain, f"{name} takes {plain} from the environment"
+
+
+@pytest.mark.parametrize("name", GATEWAYS)
+def test_compose_gateway_is_hardened_like_the_pod(name: str, compose: dict[str, Any]) -> None:
+    service = compose["services"][name]
+    assert service["security_opt"] == ["no-new-privileges:true"]
+    assert service["cap_drop"] == ["ALL"]
+    assert service["read_only"] is True
+    assert service["init"] is True
+
+    tmpfs = {entry.split(":")[0]: entry.partition(":")[2] for entry in service["tmpfs"]}
+    volumes = {volume.split(":")[1] for volume in service["volumes"]}
+    writable = set(tmpfs) | volumes
+    assert not any(volume.endswith(":ro") for volume in service["volumes"])
+
+    def is_writable(path: str) -> bool:
+        return any(Path(path).is_relative_to(mount) for mount in writable)
+
+    env = service["environment"]
+    assert set(env) >= WRITERS, sorted(WRITERS - set(env))
+    for variable in WRITERS:
+        assert is_writable(env[variable]), f"{name}: {variable}={env[variable]} is read-only"
+    assert env["VLLM_NO_USAGE_STATS"] == "1"
+    # HOME is the image's user's, and the model cache is a volume, not memory.
+    assert "uid=10001" in tmpfs[env["HOME"]] and re.search(r"\bsize=\d+[kmg]\b", tmpfs["/tmp"])
+    assert not Path(env["DLFP_MODEL_CACHE_DIR"]).is_relative_to(env["HOME"])
+    for dockerfile in ("Dockerfile.gpu", "Dockerfile.cpu"):
+        text = (DEPLOY / dockerfile).read_text()
+        (workdir,) = re.findall(r"^WORKDIR (\S+)$", text, re.MULTILINE)
+        assert is_writable(workdir) and re.search(rf"--uid 10001\b.*--home-dir {workdir}", text)
+        for variable, value in re.findall(r"\b(XDG_CACHE_HOME|TRITON_CACHE_DIR)=(\S+)", text):
+            assert is_writable(value), f"{dockerfile}: {variable}={value}"
+
+
+@pytest.mark.parametrize("name", ["prometheus", "grafana"])
+def test_compose_monitoring_runs_without_privileges(name: str, compose: dict[str, Any]) -> None:
+    service = compose["services"][name]
+    assert service["security_opt"] == ["no-new-privileges:true"]
+    assert service["cap_drop"] == ["ALL"]
 
 
 @pytest.mark.parametrize("name", list(BIND_VARS))
@@ -149,7 +224,8 @@ def test_compose_cpu_gateway_memory_holds_its_kv_cache(compose: dict[str, Any]) 
 
 def test_deploy_readme_says_how_to_open_up() -> None:
     readme = (DEPLOY / "README.md").read_text()
-    for name in ("DLFP_API_KEYS", "DLFP_ADMIN_TOKEN", *set(BIND_VARS.values())):
+    names = ("DLFP_API_KEYS", "DLFP_ADMIN_TOKEN", "DLFP_METRICS_TOKEN", "SECRETS_DIR", "api_open")
+    for name in (*names, *set(BIND_VARS.values())):
         assert name in readme, f"deploy/README.md does not mention {name}"
     assert "No Docker engine or Kubernetes cluster" in readme
 
@@ -191,20 +267,8 @@ def test_k8s_every_writable_path_is_a_volume(pod: dict[str, Any]) -> None:
         return any(Path(path).is_relative_to(mount) for mount in mounts)
 
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
-    writers = {
-        "DLFP_MODEL_CACHE_DIR",  # the converted model
-        "HOME",  # ~/.triton, ~/.nv, ~/.config/vllm, the image's WORKDIR
-        "TMPDIR",
-        "XDG_CACHE_HOME",
-        "HF_HOME",
-        "VLLM_CACHE_ROOT",  # torch.compile artefacts of vLLM
-        "VLLM_CONFIG_ROOT",
-        "TRITON_CACHE_DIR",
-        "TORCHINDUCTOR_CACHE_DIR",
-        "CUDA_CACHE_PATH",
-    }
-    assert writers <= set(env), sorted(writers - set(env))
-    for name in writers:
+    assert set(env) >= WRITERS, sorted(WRITERS - set(env))
+    for name in WRITERS:
         assert on_a_volume(env[name]), f"{name}={env[name]} is on the read-only root"
     assert "/tmp" in mounts and "/dev/shm" in mounts
     assert env["VLLM_NO_USAGE_STATS"] == "1"
@@ -218,13 +282,16 @@ def test_k8s_every_writable_path_is_a_volume(pod: dict[str, Any]) -> None:
     assert on_a_volume(workdir) and env["HOME"] == workdir
 
 
-def test_k8s_api_keys_come_from_the_admin_token_secret(pod: dict[str, Any]) -> None:
+def test_k8s_secrets_are_required_keys_of_one_secret(pod: dict[str, Any]) -> None:
     (container,) = pod["containers"]
     refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
-    token, keys = refs["DLFP_ADMIN_TOKEN"], refs["DLFP_API_KEYS"]
-    assert keys["name"] == token["name"] and keys["key"] != token["key"]
-    assert keys["optional"] is True and not token.get("optional", False)
-    assert {"admin_token", "api_keys"} <= set(Settings.model_fields)
+    assert set(refs) == {"DLFP_ADMIN_TOKEN", "DLFP_API_KEYS", "DLFP_METRICS_TOKEN"}
+    assert len({ref["name"] for ref in refs.values()}) == 1
+    assert len({ref["key"] for ref in refs.values()}) == len(refs)
+    # NOTE: a Secret without one of the keys stops the pod; none may leave /v1 open silently.
+    assert not any(ref.get("optional", False) for ref in refs.values())
+    assert {name[len("DLFP_") :].lower() for name in refs} <= set(Settings.model_fields)
+    assert not [e for e in container["env"] if e["name"] in refs and "value" in e]
 
 
 def test_k8s_network_policy_admits_only_the_gateway_port(pod: dict[str, Any]) -> None:

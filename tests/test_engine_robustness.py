@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import TINY_MODEL_NAME, Server
 from tests.engine_helpers import admin, chat_body, long_prompt, metric_sum, metrics
+from tests.fuzz import fuzz_for_500
 
 pytestmark = pytest.mark.engine
 
@@ -143,45 +144,7 @@ def test_disconnects_at_random_points_leave_nothing_running(
 
 def test_schemathesis_finds_no_500(gateway_server: Server) -> None:
     """Fuzz the real app's OpenAPI schema: no 500, and error replies match the schema."""
-    import schemathesis
-    from hypothesis import HealthCheck, given, settings
-    from schemathesis.checks import response_schema_conformance
-
-    raw = httpx.get(gateway_server.base_url + "/openapi.json", timeout=30).json()
-    # Bound generation so a fuzz run stays short on the CPU.
-    for name in ("ChatCompletionRequest", "CompletionRequest"):
-        props = raw["components"]["schemas"][name]["properties"]
-        for key in ("max_tokens", "max_completion_tokens"):
-            if key in props:
-                props[key] = {
-                    "anyOf": [{"type": "integer", "minimum": 1, "maximum": 8}, {"type": "null"}]
-                }
-        props["model"] = {"type": "string", "enum": [TINY_MODEL_NAME, "no-such-model"]}
-        props["n"] = {"type": "integer", "minimum": 1, "maximum": 2}
-    schema = schemathesis.openapi.from_dict(raw)
-    failures: list[str] = []
-
-    def check_case(case: Any) -> None:
-        response = case.call(base_url=gateway_server.base_url, timeout=120)
-        label = f"{case.operation.method.upper()} {case.operation.path}"
-        if response.status_code >= 500:
-            failures.append(f"{label} -> {response.status_code}: {response.text[:200]}")
-        content_type = (response.headers.get("content-type") or [""])[0]
-        if content_type.startswith("application/json"):
-            try:
-                case.validate_response(response, checks=[response_schema_conformance])
-            except Exception as exc:  # schemathesis raises its own failure group
-                failures.append(f"{label}: schema violation {str(exc)[:300]}")
-
-    for result in schema.get_all_operations():
-        operation = result.ok()
-        if operation.path.startswith("/admin"):
-            continue
-        fuzz = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))(
-            given(case=operation.as_strategy())(check_case)
-        )
-        fuzz()
-    assert failures == []
+    assert fuzz_for_500(gateway_server.base_url, [TINY_MODEL_NAME], max_examples=25) == []
 
 
 def test_disconnect_aborts_a_non_streamed_request(gateway_server: Server) -> None:

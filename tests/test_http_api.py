@@ -120,6 +120,13 @@ async def test_context_overflow_message_says_so() -> None:
         )
         assert "context" in r.json()["error"]["message"]
         assert r.json()["error"]["code"] == "context_length_exceeded"
+        assert r.json()["error"]["param"] == "messages"
+        for path, body, param in (
+            ("/v1/completions", {"model": "fake-model", "prompt": "x " * 150}, "prompt"),
+            ("/v1/responses", {"model": "fake-model", "input": "x " * 150}, "input"),
+        ):
+            r = await client.post(path, json=body)
+            assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
 
 
 async def test_request_id_echoed_or_made() -> None:

@@ -194,6 +194,20 @@ def test_endpoint_picker_serves_the_pool() -> None:
     security = container["securityContext"]
     assert security["allowPrivilegeEscalation"] is False and security["readOnlyRootFilesystem"]
     assert security["capabilities"] == {"drop": ["ALL"]}
+    # The picker outlives the gateway pods' stop, drain included.
+    gateways = _one("Deployment", K8S)["spec"]["template"]["spec"]
+    grace_s = pod["spec"]["terminationGracePeriodSeconds"]
+    assert grace_s >= gateways["terminationGracePeriodSeconds"]
+
+
+def test_the_picker_scrapes_what_the_gateway_serves_it_without_a_token() -> None:
+    # The picker's metrics source (llm-d-router v0.10.0) sends no bearer token, so the
+    # docs tell a pool to keep the gateway's metrics token empty; its config has no
+    # authorization to drift from that.
+    (source,) = [p for p in _epp_config()["plugins"] if p["type"] == "metrics-data-source"]
+    assert not {"bearerToken", "authorization", "headers"} & set(source["parameters"])
+    assert "metrics-token=" in (ROOT / "deploy" / "README.md").read_text()
+    assert "sends no Authorization header" in (POOL / "epp-config.yaml").read_text()
 
 
 def test_http_route_sends_v1_to_the_pool() -> None:

@@ -39,6 +39,7 @@ def test_controller_imports_neither_vllm_nor_fastapi() -> None:
             "prefill_order.py",
             "cpu_features.py",
             "controller_params.py",
+            "tokenizer_guard.py",
         )
     ]
     pure += [p for p in (ROOT / "engine_worker" / "step_timing.py",) if p.exists()]

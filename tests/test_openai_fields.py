@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from engine_worker.api import ChatOutput, ParsedOutput, ToolCallDelta
-from gateway.protocol import IGNORED_FIELDS
+from gateway.protocol import IGNORED_FIELDS, EngineFields
 from tests.fakes import FakeEngine
 from tests.http_helpers import fake_client, sse_json
 
@@ -174,3 +174,94 @@ async def test_tool_calls_in_reply_and_stream() -> None:
             "function": {"name": "get_weather", "arguments": ""},
         }
         assert "".join(tc["function"].get("arguments", "") for tc in calls) == '{"city": "Paris"}'
+
+
+OUTPUT_FIELDS: dict[str, Any] = {
+    "min_tokens": 2,
+    "stop_token_ids": [7, 9],
+    "include_stop_str_in_output": True,
+    "skip_special_tokens": False,
+    "spaces_between_special_tokens": False,
+    "bad_words": ["fake"],
+    "allowed_token_ids": [1, 2, 3],
+    "watermarking": False,
+}
+EXPECTED_OPTIONS = OUTPUT_FIELDS | {
+    "stop_token_ids": (7, 9),
+    "bad_words": ("fake",),
+    "allowed_token_ids": (1, 2, 3),
+}
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", CHAT),
+        ("/v1/completions", {"model": "fake-model", "prompt": "hi", "max_tokens": 5}),
+        ("/v1/responses", {"model": "fake-model", "input": "hi", "max_output_tokens": 5}),
+    ],
+)
+async def test_vllm_output_fields_reach_the_engine(path: str, body: dict[str, Any]) -> None:
+    fields = OUTPUT_FIELDS
+    if path == "/v1/responses":  # the fields vLLM's Responses model has too
+        fields = {
+            name: OUTPUT_FIELDS[name] for name in OUTPUT_FIELDS if name in EngineFields.model_fields
+        }
+    async with fake_client() as (client, _, engine):
+        r = await client.post(path, json=body | fields)
+        assert r.status_code == 200, r.text
+        options = engine.submitted[-1][2]
+        assert {name: getattr(options, name) for name in fields} == {
+            name: EXPECTED_OPTIONS[name] for name in fields
+        }
+        await client.post(path, json=body)
+        options = engine.submitted[-1][2]
+        assert (options.min_tokens, options.stop_token_ids, options.bad_words) == (0, (), ())
+        assert options.skip_special_tokens and options.allowed_token_ids is None
+
+
+async def test_stop_token_ids_end_the_reply_after_min_tokens() -> None:
+    async with fake_client() as (client, _, _):
+        r = await client.post("/v1/chat/completions", json=CHAT | {"stop_token_ids": [2]})
+        [choice] = r.json()["choices"]
+        assert choice["finish_reason"] == "stop"
+        assert choice["message"]["content"] == "fake token stream"
+        body = CHAT | {"stop_token_ids": [2], "min_tokens": 3}
+        [choice] = (await client.post("/v1/chat/completions", json=body)).json()["choices"]
+        assert choice["finish_reason"] == "length"
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"min_tokens": 6}, "min_tokens"),  # over max_tokens=5
+        ({"min_tokens": -1}, "min_tokens"),
+        ({"stop_token_ids": [-1]}, "stop_token_ids.0"),
+        ({"stop_token_ids": list(range(65))}, "stop_token_ids"),
+        ({"stop_token_ids": [5000]}, "stop_token_ids"),  # past the vocabulary
+        ({"allowed_token_ids": []}, "allowed_token_ids"),
+        ({"allowed_token_ids": [1, 5000]}, "allowed_token_ids"),
+        ({"bad_words": [""]}, "bad_words.0"),
+        ({"bad_words": ["x"] * 129}, "bad_words"),
+        ({"skip_special_tokens": "no"}, "skip_special_tokens"),
+    ],
+)
+async def test_bad_output_fields_are_400_naming_them(extra: dict[str, Any], param: str) -> None:
+    error = await _error(CHAT | extra)
+    assert error["param"] == param
+
+
+async def test_a_parser_that_reads_special_tokens_keeps_them() -> None:
+    engine = FakeEngine()
+    engine.output = ChatOutput(constraints={"skip_special_tokens": False})
+    async with fake_client(engine) as (client, _, _):
+        body = CHAT | {"tools": [TOOL], "skip_special_tokens": True}
+        r = await client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        assert engine.submitted[-1][2].skip_special_tokens is False
+        # The parser is asked with the client's value, and may only turn it off.
+        assert engine.output_requests[-1]["skip_special_tokens"] is True
+    engine = FakeEngine()
+    async with fake_client(engine) as (client, _, _):
+        await client.post("/v1/chat/completions", json=CHAT | {"skip_special_tokens": False})
+        assert engine.submitted[-1][2].skip_special_tokens is False

@@ -11,18 +11,15 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 
 from gateway.app import create_app
 from gateway.settings import Settings
-from tests.conftest import free_port
 from tests.fakes import WORDS, FakeEngine
+from tests.http_helpers import served_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -50,18 +47,8 @@ def curl_commands(text: str) -> list[str]:
 def address() -> Iterator[str]:
     engine = FakeEngine(model_name="smollm2-135m-instruct")
     app = create_app(Settings(_env_file=None), engine)  # type: ignore[call-arg]
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    yield f"127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    with served_in_thread(app) as where:
+        yield where
 
 
 def test_the_openai_client_example_streams(

@@ -2,7 +2,10 @@
 
 The page and its script ship inside the package (``gateway/static``) and load
 nothing from any other origin: the browser fetches ``/metrics`` once a second and
-draws the histograms, quantiles and controller telemetry itself.
+draws the histograms, quantiles and controller telemetry itself. With
+``DLFP_METRICS_TOKEN`` set the page asks for that token when /metrics answers 401, keeps
+it in the tab's ``sessionStorage`` and sends it as a bearer header. The page and its
+script hold no data; ``DLFP_PROTECT_DOCS`` puts them behind an API key as well.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 // Live dashboard of the DLFP Gateway. Once a second it fetches this gateway's
 // /metrics (same origin), parses the Prometheus text format and draws inline SVG.
 // No dependencies and nothing from any other origin. History lives in this tab.
+// With DLFP_METRICS_TOKEN set, /metrics answers 401 until the page sends the token:
+// it asks for it once, keeps it in sessionStorage (this tab only) and sends it as a
+// bearer header.
 "use strict";
 
 (() => {
@@ -409,12 +412,53 @@
     document.body.dataset.connected = String(isLive);
   }
 
+  // ---- the metrics token ------------------------------------------------------
+
+  const TOKEN_KEY = "dlfp-metrics-token";
+
+  function storedToken() {
+    try {
+      return sessionStorage.getItem(TOKEN_KEY) || "";
+    } catch (err) {
+      return ""; // storage disabled: the token lasts until the page reloads
+    }
+  }
+
+  let token = storedToken();
+
+  function useToken() {
+    token = byId("token-input").value.trim();
+    try {
+      sessionStorage.setItem(TOKEN_KEY, token);
+    } catch (err) {
+      // storage disabled: keep it in memory only
+    }
+    byId("token").hidden = true;
+    retryMs = REFRESH_MS;
+    clearTimeout(nextRefresh);
+    refresh();
+  }
+
+  function askForToken() {
+    byId("token").hidden = false;
+    setStatus(false, token ? "the metrics token was refused" : "/metrics needs its token");
+  }
+
+  byId("token-use").addEventListener("click", useToken);
+  byId("token-input").addEventListener("keydown", (event) => {
+    if (event.key === "Enter") useToken();
+  });
+
+  class Unauthorized extends Error {}
+
   async function fetchMetrics() {
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), FETCH_TIMEOUT_MS);
+    const headers = token ? { Authorization: `Bearer ${token}` } : {};
     try {
       // Relative: resolves to this gateway's /metrics, also behind a path prefix.
-      const response = await fetch("metrics", { cache: "no-store", signal: abort.signal });
+      const response = await fetch("metrics", { cache: "no-store", signal: abort.signal, headers });
+      if (response.status === 401) throw new Unauthorized();
       if (!response.ok) throw new Error(`HTTP ${response.status}`);
       return await response.text();
     } finally {
@@ -423,6 +467,7 @@
   }
 
   let retryMs = REFRESH_MS;
+  let nextRefresh = null;
 
   async function refresh() {
     let text = null;
@@ -430,12 +475,16 @@
       text = await fetchMetrics();
       retryMs = REFRESH_MS;
     } catch (err) {
+      if (err instanceof Unauthorized) {
+        askForToken(); // no retry: the next one waits for a token
+        return;
+      }
       // Back off while the gateway is away: each failed fetch costs a browser log line.
       retryMs = Math.min(MAX_RETRY_MS, retryMs * 2);
       const reason = err && err.name === "AbortError" ? "timed out" : (err && err.message) || "no answer";
       setStatus(false, `disconnected (${reason}) · retrying in ${Math.round(retryMs / 1000)} s`);
     }
-    setTimeout(refresh, retryMs);
+    nextRefresh = setTimeout(refresh, retryMs);
     // NOTE: outside the try on purpose: a drawing bug must surface as an error, not as "disconnected".
     if (text === null) return;
     update(text);

@@ -2,10 +2,12 @@
 
 HF fast tokenizers must not be used from two threads at once, and the gateway uses
 the engine's tokenizer in both: worker threads template, tokenize and build
-non-streamed replies; the event loop runs the output parsers of a stream. Every use
-holds the engine's ``tokenizer_lock`` (a ``threading.Lock``). ``held`` takes it from
-the event loop without blocking the loop: at once when it is free, else by a worker
-thread that waits for it. The holder must not await while holding it.
+non-streamed replies; the event loop runs the output parsers of a stream; and vLLM's
+renderer thread tokenizes a request's ``bad_words`` while it is added. Every use holds
+the engine's ``tokenizer_lock`` (a ``threading.Lock``). ``held`` takes it from the
+event loop without blocking the loop: at once when it is free, else by a worker thread
+that waits for it. Other users wait while it is held, so hold it only for the
+tokenizer's work.
 """
 
 from __future__ import annotations

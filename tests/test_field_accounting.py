@@ -1,0 +1,224 @@
+"""Every field of vLLM's own request models is accounted for (quick tier, FAKE engine).
+
+A field is honoured (a field of the gateway's request model), refused unless sent with
+its no-op value (marked ``Refused``), ignored as harmless (``IGNORED_REASONS``), or
+unknown to the gateway and so a 400 naming it (``UNKNOWN`` below). A field a later
+vLLM adds fails ``test_every_vllm_request_field_is_accounted_for`` until it is sorted
+into one of these.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from gateway.protocol import (
+    IGNORED_REASONS,
+    ChatCompletionRequest,
+    CompletionRequest,
+    refused_fields,
+)
+from gateway.responses import ResponsesRequest
+from tests.http_helpers import fake_client
+
+ROOT = Path(__file__).resolve().parent.parent
+
+UNKNOWN: dict[str, set[str]] = {
+    "chat": set(),
+    # An insertion suffix, and embeddings instead of a prompt.
+    "completions": {"suffix", "prompt_embeds"},
+    # The Responses API's stateful, built-in-tool and extra sampling fields.
+    "responses": {
+        "enable_response_messages",
+        "frequency_penalty",
+        "ignore_eos",
+        "include",
+        "include_reasoning",
+        "logit_bias",
+        "max_tool_calls",
+        "min_p",
+        "presence_penalty",
+        "previous_input_messages",
+        "prompt",
+        "reasoning",
+        "repetition_penalty",
+        "stop",
+        "top_k",
+        "top_logprobs",
+        "truncation",
+    },
+}
+"""vLLM's request fields the gateway does not take at all: a 400 naming the field."""
+
+OURS: dict[str, type[BaseModel]] = {
+    "chat": ChatCompletionRequest,
+    "completions": CompletionRequest,
+    "responses": ResponsesRequest,
+}
+PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+PATHS["responses"] = "/v1/responses"
+BODIES: dict[str, dict[str, Any]] = {
+    "chat": {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]},
+    "completions": {"model": "fake-model", "prompt": "hi"},
+    "responses": {"model": "fake-model", "input": "hi"},
+}
+BODIES["chat"]["max_tokens"] = BODIES["completions"]["max_tokens"] = 2
+BODIES["responses"]["max_output_tokens"] = 2
+
+NOT_NO_OP: dict[str, Any] = {
+    "add_generation_prompt": False,
+    "add_special_tokens": "flip",
+    "audio": {"voice": "alloy", "format": "wav"},
+    "background": True,
+    "chat_template": "{{ messages }}",
+    "chat_template_kwargs": {"enable_thinking": False},
+    "continue_final_message": True,
+    "documents": [{"title": "t", "text": "x"}],
+    "echo": True,
+    "length_penalty": 0.5,
+    "logprob_token_ids": [1],
+    "modalities": ["text", "audio"],
+    "prediction": {"type": "content", "content": "x"},
+    "previous_response_id": "resp_1",
+    "prompt_logprobs": 0,
+    "reasoning_effort": "low",
+    "repetition_detection": {"max_pattern_size": 4, "min_count": 3},
+    "return_prompt_text": True,
+    "return_tokens_as_token_ids": True,
+    "structured_outputs": {"regex": "a+"},
+    "thinking_token_budget": 16,
+    "truncate_prompt_tokens": 8,
+    "use_beam_search": True,
+    "vllm_xargs": {"plugin": 1},
+    "web_search_options": {},
+}
+"""A value with an effect, for every refused field ("flip": the opposite of its default)."""
+
+
+def _vllm_models() -> dict[str, type[BaseModel]]:
+    from vllm.entrypoints.openai.chat_completion import protocol as chat
+    from vllm.entrypoints.openai.completion import protocol as completion
+    from vllm.entrypoints.openai.responses import protocol as responses
+
+    return {
+        "chat": chat.ChatCompletionRequest,
+        "completions": completion.CompletionRequest,
+        "responses": responses.ResponsesRequest,
+    }
+
+
+def _refused(endpoint: str) -> dict[str, Any]:
+    """Each refused field of the endpoint's model, with its default."""
+    model = OURS[endpoint]
+    return {name: model.model_fields[name].default for name in refused_fields(model)}
+
+
+def _value_with_effect(endpoint: str, name: str) -> Any:
+    value = NOT_NO_OP[name]
+    return (not _refused(endpoint)[name]) if value == "flip" else value
+
+
+def test_every_vllm_request_field_is_accounted_for() -> None:
+    for endpoint, theirs in _vllm_models().items():
+        ours = OURS[endpoint]
+        fields = set(ours.model_fields)
+        refused = set(refused_fields(ours))
+        honoured = fields - refused
+        ignored, unknown = set(IGNORED_REASONS), UNKNOWN[endpoint]
+        unaccounted = set(theirs.model_fields) - honoured - refused - ignored - unknown
+        assert unaccounted == set(), (endpoint, sorted(unaccounted))
+        # Each field is in one place only: an ignored field is dropped before validation.
+        assert fields & ignored == set(), (endpoint, sorted(fields & ignored))
+        assert (fields | ignored) & unknown == set(), (endpoint, sorted(unknown & fields))
+        assert unknown <= set(theirs.model_fields), (endpoint, sorted(unknown))
+
+
+def test_each_ignored_field_says_why_and_each_refused_one_has_a_test_value() -> None:
+    assert all(reason.strip() for reason in IGNORED_REASONS.values())
+    every_refused = {name for model in OURS.values() for name in refused_fields(model)}
+    assert every_refused == set(NOT_NO_OP)
+
+
+def _fields_section() -> str:
+    text = (ROOT / "docs" / "api.md").read_text()
+    return text.split("## No field is silently ignored", 1)[1].split("\n## ", 1)[0]
+
+
+def _table_fields(section: str, header: str) -> set[str]:
+    """The backquoted names in the first column of the table whose header is ``header``."""
+    table = section.split(header, 1)[1].split("\n\n", 1)[0]
+    rows = [line.split("|")[1] for line in table.splitlines()[2:] if line.startswith("|")]
+    return {name for row in rows for name in re.findall(r"`([a-z_]+)`", row)}
+
+
+def test_the_docs_tables_match_the_code() -> None:
+    section = _fields_section()
+    assert _table_fields(section, "| field | why it has no effect |") == set(IGNORED_REASONS)
+    every_refused = {name for model in OURS.values() for name in refused_fields(model)}
+    assert _table_fields(section, "| field | accepted | why it is refused |") == every_refused
+
+
+@pytest.mark.parametrize("endpoint", list(OURS))
+async def test_refused_fields_are_400_naming_them_unless_no_op(endpoint: str) -> None:
+    wrong = []
+    async with fake_client() as (client, _, _):
+        for name, default in _refused(endpoint).items():
+            body = BODIES[endpoint] | {name: _value_with_effect(endpoint, name)}
+            r = await client.post(PATHS[endpoint], json=body)
+            if r.status_code != 400 or r.json()["error"]["param"] != name:
+                wrong.append((name, "refused", r.status_code, r.text[:200]))
+            also = refused_fields(OURS[endpoint])[name].also
+            for no_op in (default, *also):
+                r = await client.post(PATHS[endpoint], json=BODIES[endpoint] | {name: no_op})
+                if r.status_code != 200:
+                    wrong.append((name, "no-op", r.status_code, r.text[:200]))
+    assert wrong == []
+
+
+@pytest.mark.parametrize("endpoint", list(OURS))
+async def test_unknown_vllm_fields_are_400_naming_them(endpoint: str) -> None:
+    wrong = []
+    async with fake_client() as (client, _, _):
+        for name in sorted(UNKNOWN[endpoint]):
+            r = await client.post(PATHS[endpoint], json=BODIES[endpoint] | {name: 1})
+            if r.status_code != 400 or r.json()["error"]["param"] != name:
+                wrong.append((name, r.status_code, r.text[:200]))
+    assert wrong == []
+
+
+@pytest.mark.parametrize("endpoint", list(OURS))
+async def test_ignored_fields_are_accepted(endpoint: str) -> None:
+    values = {name: "x" for name in IGNORED_REASONS}
+    async with fake_client() as (client, _, engine):
+        r = await client.post(PATHS[endpoint], json=BODIES[endpoint] | values)
+        assert r.status_code == 200, r.text
+        assert len(engine.submitted) == 1
+
+
+def test_honoured_fields_reach_vllms_sampling_params() -> None:
+    from engine_worker.api import SamplingOptions
+    from engine_worker.engine import _sampling_params
+
+    options = SamplingOptions(
+        max_tokens=8,
+        min_tokens=2,
+        stop_token_ids=(7,),
+        include_stop_str_in_output=True,
+        skip_special_tokens=False,
+        spaces_between_special_tokens=False,
+        bad_words=("fake",),
+        allowed_token_ids=(1, 2),
+        watermarking=False,
+    )
+    params = _sampling_params(options)
+    assert (params.min_tokens, params.stop_token_ids, params.bad_words) == (2, [7], ["fake"])
+    assert params.include_stop_str_in_output and not params.skip_special_tokens
+    assert not params.spaces_between_special_tokens and params.watermarking is False
+    assert params.allowed_token_ids == [1, 2]
+    default = _sampling_params(SamplingOptions(max_tokens=8))
+    assert default.allowed_token_ids is None and default.watermarking is None
+    assert (default.min_tokens, default.stop_token_ids, default.bad_words) == (0, [], [])
