@@ -66,8 +66,11 @@ class PrefillCapController:
 
     A guarded cycle: the state in force was applied to a *mixed* step (>=1
     decode token and >0 prefill tokens) and that step's observation has
-    arrived. A step scheduled under an older state (``cap_generation``
-    differs) is stale and ignored; decode-free steps are never observed. A
+    arrived. Under ``dlfp`` a step scheduled under an older state
+    (``cap_generation`` differs) is stale and ignored; ``dlfp-ct`` credits every
+    completed step to the state it was scheduled with (the cap or allowance on its
+    record), ignoring only steps from before a reset. Decode-free steps are never
+    observed. A
     mixed step whose prefill did not fill its cap (a prompt's last chunk) only
     counts if it was slower than the target.
 
@@ -102,6 +105,8 @@ class PrefillCapController:
         self._allowance = 1.0
         self._target_s = self._resolve_target_s(0, 0)
         self._cap_generation = 0
+        self._reset_generation = 0
+        """The cap generation the last reset started; older steps never count."""
         self._last_observation_s: float | None = None
         self._num_updates = 0
         self._last_update_unix_s: float | None = None
@@ -151,6 +156,7 @@ class PrefillCapController:
         (their completions must still pair up) but become stale.
         """
         self._set_cap(self._params.starting_cap(), force_new_generation=True)
+        self._reset_generation = self._cap_generation
         self._applied_cap_tokens = self._cap_tokens
         self._last_planned = False
         self._allowance = 1.0
@@ -238,6 +244,8 @@ class PrefillCapController:
             is_planned=pending.is_planned,
             target_s=pending.target_s,
             observation=self._params.observation,
+            cap_exact=self._cap_exact,
+            allowance=self._allowance,
         )
         self._num_mixed_steps += record.is_mixed
         self._num_decode_free_steps += pending.num_decoding == 0
@@ -303,10 +311,19 @@ class PrefillCapController:
         # *this* state does; anything else would feed back another state's effect.
         if observed_s is None or record.cap_tokens is None or not record.is_mixed:
             return
-        if record.cap_generation != self._cap_generation or record.mode != self._params.mode:
+        p = self._params
+        # NOTE: dlfp-ct credits each step to the state it was scheduled with (its cap
+        # or allowance, on the record), so a step completed after a newer state was
+        # issued still counts: with a batch queue step k+1 is always scheduled before
+        # step k completes, and the paper's guard dropped every other observation.
+        # Steps from before a reset or another mode never count.
+        if p.mode == "dlfp-ct":
+            stale = record.cap_generation < self._reset_generation
+        else:
+            stale = record.cap_generation != self._cap_generation
+        if stale or record.mode != p.mode:
             self._num_stale_observations += 1
             return
-        p = self._params
         target_s = record.target_s
         if record.num_prefill_tokens < record.cap_tokens and observed_s <= target_s:
             # The cap did not limit this step (the prompt's last chunk, say): a
@@ -314,10 +331,10 @@ class PrefillCapController:
             return
         factor = 1.0 + p.gain * (target_s - observed_s) / target_s
         if record.is_planned:
-            self._allowance = min(max(self._allowance * factor, MIN_ALLOWANCE), MAX_ALLOWANCE)
+            self._allowance = min(max(record.allowance * factor, MIN_ALLOWANCE), MAX_ALLOWANCE)
             self._cap_generation += 1
         else:
-            base = self._cap_exact if self._cap_exact is not None else float(record.cap_tokens)
+            base = record.cap_exact if record.cap_exact is not None else float(record.cap_tokens)
             exact = min(max(base * factor, p.min_cap_tokens), p.max_cap_tokens)
             self._set_cap(p.clamp(exact), exact=exact)
         self._last_observation_s = observed_s

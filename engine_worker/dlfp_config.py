@@ -75,7 +75,8 @@ class DLFPConfig(BaseModel):
     """Proportional gain; floor 0.01 (below it the cap barely moves); above 1 oscillates."""
     initial_cap_tokens: int = Field(default=256, ge=1)
     """Cap used before the first observation and after a reset, tokens (at least
-    min_cap_tokens)."""
+    min_cap_tokens); dlfp-ct with feedforward starts from min_cap_tokens instead, until its
+    cost model plans."""
     min_cap_tokens: int = Field(default=8, ge=8)
     """Lower bound of the cap, tokens; floor 8 (a smaller chunk makes a long prompt's
     prefill crawl; 8 tokens took about 58 ms on a CPU without AVX-512)."""

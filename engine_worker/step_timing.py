@@ -50,7 +50,7 @@ class StepRecord:
     cap_tokens: int | None
     """Prefill cap the step was scheduled under (None: uncapped)."""
     cap_generation: int
-    """Controller cap generation at scheduling time; a mismatch marks the step stale."""
+    """Controller cap generation at scheduling time; a mismatch marks a ``dlfp`` step stale."""
     scheduled_at_s: float
     dispatched_at_s: float
     done_at_s: float | None = None
@@ -70,6 +70,10 @@ class StepRecord:
     """The controller's target when the step was scheduled (``auto`` resolves per step)."""
     observation: str = "busy"
     """What ``dlfp-ct`` feeds back for this step: busy, completion or max."""
+    cap_exact: float | None = None
+    """The unquantised feedback cap in force when the step was scheduled."""
+    allowance: float = 1.0
+    """The planning allowance in force when the step was scheduled."""
 
     @property
     def is_mixed(self) -> bool:

@@ -156,25 +156,25 @@ def test_partial_chunk_only_counts_when_slow() -> None:
     assert controller.state.num_updates == 1 and cap is not None and cap < 128
 
 
-def test_ignores_stale_observations() -> None:
+def test_each_step_counts_for_the_cap_it_was_scheduled_with() -> None:
     controller, clock = make_controller()
     # Two steps in flight under cap 128 (a two-deep dispatch queue).
     assert controller.on_schedule(num_decoding=1) == 128
     controller.on_scheduled(num_prefill_tokens=128, num_decode_tokens=1)
     assert controller.on_schedule(num_decoding=1) == 128
     controller.on_scheduled(num_prefill_tokens=128, num_decode_tokens=1)
-    clock.advance(0.4)
+    clock.advance(0.4)  # twice the 200 ms target: gain 0.5 halves the cap it ran at
     first = controller.on_step_done()
     assert first is not None and first.is_feedback
-    new_cap = controller.state.cap_tokens
-    assert new_cap is not None and new_cap < 128
-    # The second step ran under the old cap: its observation must not count.
+    assert controller.state.cap_tokens == 64
+    # The second step ran under 128 too, before the update: it counts, for 128, so the
+    # cap is 128 halved again, not 64 halved (the paper's guard dropped it as stale).
     clock.advance(0.4)
     second = controller.on_step_done()
-    assert second is not None and not second.is_feedback
+    assert second is not None and second.is_feedback
     state = controller.state
-    assert (state.num_updates, state.num_stale_observations) == (1, 1)
-    assert state.cap_tokens == new_cap
+    assert (state.num_updates, state.num_stale_observations) == (2, 0)
+    assert state.cap_tokens == 64
 
 
 def test_reset_makes_in_flight_steps_stale() -> None:
@@ -326,3 +326,15 @@ def test_cap_leaves_the_lower_bound_when_one_update_is_under_half_a_step() -> No
         now += 0.002  # 2 ms: far under the 60 s target
         controller.on_step_done(now_s=now)
     assert controller.state.cap_tokens == 1024
+
+
+def test_dlfp_ct_with_its_cost_model_starts_from_the_floor() -> None:
+    """Until the model fits, a planning dlfp-ct starts each start and reset at the floor;
+    the paper's dlfp, and dlfp-ct without feed-forward, at initial_cap_tokens."""
+    planning = PrefillCapController(replace(PARAMS, feedforward=True))
+    assert planning.on_schedule(num_decoding=1) == PARAMS.min_cap_tokens
+    planning.reset()
+    assert planning.state.cap_tokens == PARAMS.min_cap_tokens
+    for params in (replace(PARAMS, mode="dlfp", feedforward=True), PARAMS):
+        controller = PrefillCapController(params)
+        assert controller.on_schedule(num_decoding=1) == PARAMS.initial_cap_tokens
