@@ -100,11 +100,12 @@ class Chromium:
             raise CDPError(f"navigate {url}: {result['errorText']}")
         self._pump(lambda: self._num_loads > num_loads, timeout_s, f"load of {url}")
 
-    def evaluate(self, expression: str) -> Any:
+    def evaluate(self, expression: str, timeout_s: float = 30.0) -> Any:
         """The value of a JavaScript expression in the page (promises are awaited)."""
         result = self.call(
             "Runtime.evaluate",
             {"expression": expression, "returnByValue": True, "awaitPromise": True},
+            timeout_s=timeout_s,
         )
         if "exceptionDetails" in result:
             raise CDPError(f"{expression!r} threw: {_exception_text(result['exceptionDetails'])}")
@@ -114,7 +115,9 @@ class Chromium:
         """Polls until ``expression`` is truthy in the page; returns its value."""
         deadline = time.monotonic() + timeout_s
         while True:
-            value = self.evaluate(expression)
+            # NOTE: a renderer sharing 2 busy cores with the engine once took over 30 s to
+            # answer one evaluation; each may take what is left of the wait, and 30 s more.
+            value = self.evaluate(expression, timeout_s=max(0.0, deadline - time.monotonic()) + 30)
             if value or time.monotonic() > deadline:
                 if not value:
                     raise TimeoutError(f"{expression!r} still falsy after {timeout_s} s")
