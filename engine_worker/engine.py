@@ -40,7 +40,7 @@ from engine_worker.cpu_features import (
 from engine_worker.dlfp_config import Device, DLFPConfig
 from engine_worker.grammar_check import GrammarVetter
 from engine_worker.prompt_prefix import encode_within
-from engine_worker.tokenizer_guard import held
+from engine_worker.tokenizer_guard import held_if
 
 logger = logging.getLogger("dlfp.engine")
 
@@ -532,11 +532,9 @@ class VLLMEngine:
             prompt["cache_salt"] = cache_salt
         try:
             params = _sampling_params(options)
-            if options.bad_words:
-                collector = await self._add_holding_tokenizer(
-                    llm, request_id, prompt, params, priority
-                )
-            else:
+            # NOTE: vLLM tokenizes a request's bad words in its renderer's worker thread,
+            # and HF fast tokenizers must not run in two threads at once.
+            async with held_if(bool(options.bad_words), self._tokenizer_lock):
                 collector = await llm.add_request(request_id, prompt, params, priority=priority)
         except BaseException as exc:
             # NOTE: vLLM registers the request in its output processor before it sends it
@@ -552,16 +550,6 @@ class VLLMEngine:
                 raise InvalidRequestError(str(exc), getattr(exc, "parameter", None)) from exc
             raise
         return self._stream(collector)
-
-    async def _add_holding_tokenizer(
-        self, llm: Any, request_id: str, prompt: dict[str, Any], params: Any, priority: int
-    ) -> Any:
-        """``add_request`` under the tokenizer lock, taken off the event loop.
-
-        NOTE: vLLM tokenizes a request's bad words in its renderer's worker thread, and
-        HF fast tokenizers must not run in two threads at once (``tokenizer_lock``)."""
-        async with held(self._tokenizer_lock):
-            return await llm.add_request(request_id, prompt, params, priority=priority)
 
     async def _abort_after_failed_submit(self, request_id: str) -> None:
         if self.is_dead:

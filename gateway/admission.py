@@ -235,7 +235,7 @@ class Admission:
             reservation.release()
         num_slots = max(1, min(num_slots, self.limits.max_concurrent))
         self._check_admissible(prefill_tokens, priority, ttft_slo_s, num_slots)
-        queued = not (self._fits(num_slots) and not self._queue)
+        queued = bool(self._queue) or not self._fits(num_slots)
         if not queued:
             self._active += num_slots
         else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import ipaddress
 from collections.abc import Collection, Iterable
 
 from pydantic import SecretStr
@@ -24,6 +25,14 @@ def key_matches(token: str | None, keys: Iterable[str]) -> bool:
         return False
     given = token.encode("utf-8", "surrogateescape")
     return any(hmac.compare_digest(given, key.encode("utf-8")) for key in keys)
+
+
+def is_loopback_host(host: str) -> bool:
+    """A loopback address, or the name ``localhost``."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def check_api_key(request: HTTPConnection, keys: Collection[str]) -> None:

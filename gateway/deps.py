@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Annotated
 
 from fastapi import Depends, Request
 
 from engine_worker.api import Engine
-from gateway.auth import bearer_token, check_api_key, key_matches
+from gateway.auth import bearer_token, check_api_key, is_loopback_host, key_matches
 from gateway.completions import Completions
 from gateway.errors import APIError
 from gateway.state import GatewayState
@@ -33,11 +32,7 @@ CompletionsDep = Annotated[Completions, Depends(get_completions)]
 
 
 def _is_loopback(request: Request) -> bool:
-    host = request.client.host if request.client else ""
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
+    return is_loopback_host(request.client.host if request.client else "")
 
 
 def require_api_key(request: Request) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import socket
 import time
@@ -23,6 +22,7 @@ from types import FrameType
 import uvicorn
 
 from gateway.app import create_app
+from gateway.auth import is_loopback_host
 from gateway.engine import build_engine, resolve_device
 from gateway.logs import configure_logging
 from gateway.settings import Settings
@@ -117,20 +117,13 @@ class GatewayServer(uvicorn.Server):
                 self._begin_drain()
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
 def warn_if_admin_open(settings: Settings) -> bool:
     """Logs ``admin_open`` (and returns True) when /admin has no token off loopback.
 
     /admin then still answers loopback clients only, but a proxy on the same host
     (or a port published by a container runtime) connects from loopback.
     """
-    if settings.admin_token is not None or _is_loopback(settings.host):
+    if settings.admin_token is not None or is_loopback_host(settings.host):
         return False
     logger.warning(
         "admin open: listening beyond loopback with no admin token; set DLFP_ADMIN_TOKEN",
@@ -142,7 +135,7 @@ def warn_if_admin_open(settings: Settings) -> bool:
 def warn_if_api_open(settings: Settings) -> bool:
     """Logs ``api_open`` (and returns True) when /v1 has no API key off loopback: then
     anyone who reaches the port runs completions on this engine."""
-    if settings.api_key_set() or _is_loopback(settings.host):
+    if settings.api_key_set() or is_loopback_host(settings.host):
         return False
     logger.warning(
         "api open: listening beyond loopback with no API keys; /v1 answers anyone who "

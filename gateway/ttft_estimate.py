@@ -93,10 +93,6 @@ class TTFTEstimate:
     def per_token_s(self) -> float:
         return self.line()[1]
 
-    def predict_s(self, tokens: int) -> float:
-        fixed, per_token = self.line()
-        return fixed + per_token * tokens
-
     def tokens_per_s(self) -> float | None:
         per_token = self.per_token_s
         return 1.0 / per_token if per_token > 0 else None

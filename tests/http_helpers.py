@@ -19,13 +19,20 @@ from tests.fakes import FakeEngine
 
 
 @asynccontextmanager
+async def running_app(engine: FakeEngine, **settings: Any) -> AsyncIterator[FastAPI]:
+    """The app on ``engine`` with its lifespan running and the engine started."""
+    app = create_app(Settings(_env_file=None, **settings), engine)  # type: ignore[call-arg]
+    async with app.router.lifespan_context(app):
+        await app.state.engine_starter
+        yield app
+
+
+@asynccontextmanager
 async def fake_client(
     engine: FakeEngine | None = None, **settings: Any
 ) -> AsyncIterator[tuple[httpx.AsyncClient, FastAPI, FakeEngine]]:
     engine = engine or FakeEngine()
-    app = create_app(Settings(_env_file=None, **settings), engine)  # type: ignore[call-arg]
-    async with app.router.lifespan_context(app):
-        await app.state.engine_starter
+    async with running_app(engine, **settings) as app:
         transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 5000))
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
             yield client, app, engine

@@ -4,27 +4,16 @@ checked before the body is read, and only a whole sane ``X-Request-Id`` is echoe
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI
 
-from gateway.app import create_app
-from gateway.settings import Settings
 from tests.fakes import FakeEngine
+from tests.http_helpers import running_app
 
 MIB = 1024 * 1024
 CHUNK = 64 * 1024
-
-
-@asynccontextmanager
-async def running_app(**settings: Any) -> AsyncIterator[FastAPI]:
-    app = create_app(Settings(_env_file=None, **settings), FakeEngine())  # type: ignore[call-arg]
-    async with app.router.lifespan_context(app):
-        await app.state.engine_starter
-        yield app
 
 
 @dataclass
@@ -93,7 +82,7 @@ def _json_headers(key: str, length: int) -> list[tuple[bytes, bytes]]:
 
 async def test_a_bad_key_is_refused_before_the_body_is_read() -> None:
     body = b"{" + b"x" * (MIB - 1)  # 1 MiB, the default limit, and not JSON
-    async with running_app(api_keys="k1") as app:
+    async with running_app(FakeEngine(), api_keys="k1") as app:
         refused = await call(app, "/v1/chat/completions", _json_headers("nope", len(body)), body)
         admitted = await call(app, "/v1/chat/completions", _json_headers("k1", len(body)), body)
     assert refused.status == 401
@@ -108,7 +97,7 @@ async def test_a_bad_key_is_refused_before_the_body_is_read() -> None:
 
 
 async def test_a_bad_key_with_a_body_over_the_limit_is_still_401() -> None:
-    async with running_app(api_keys="k1", max_body_bytes=1024) as app:
+    async with running_app(FakeEngine(), api_keys="k1", max_body_bytes=1024) as app:
         refused = await call(app, "/v1/completions", _json_headers("nope", 4096), b"x" * 4096)
         too_big = await call(app, "/v1/completions", _json_headers("k1", 4096), b"x" * 4096)
     assert refused.status == 401 and refused.num_body_reads == 0
@@ -116,13 +105,13 @@ async def test_a_bad_key_with_a_body_over_the_limit_is_still_401() -> None:
 
 
 async def test_without_keys_v1_reads_its_body_as_before() -> None:
-    async with running_app() as app:
+    async with running_app(FakeEngine()) as app:
         exchange = await call(app, "/v1/completions", _json_headers("any", 2), b"{]")
     assert exchange.status == 400 and exchange.num_body_reads == 1
 
 
 async def test_only_a_whole_sane_request_id_is_echoed() -> None:
-    async with running_app() as app:
+    async with running_app(FakeEngine()) as app:
         for given in (b"abc\n", b"abc\r\n", b"ab c", b"", b"x" * 129):
             exchange = await call(app, "/health", [(b"x-request-id", given)], method="GET")
             echoed = exchange.headers["x-request-id"]
