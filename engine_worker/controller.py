@@ -149,18 +149,21 @@ class PrefillCapController:
             cost_coefficients=None if coef is None else list(coef),
         )
 
-    def reset(self) -> None:
-        """Back to the starting cap; forget the allowance, the cost model's fit, the guard.
+    def reset(self, *, model: bool = False) -> None:
+        """Back to the starting cap; forget the allowance and the guard.
 
-        Counters are telemetry and keep counting. In-flight steps stay queued
-        (their completions must still pair up) but become stale.
+        The cost model's fit and the margin's window are kept (they describe the
+        machine, not the state) unless ``model`` is true. Counters are telemetry
+        and keep counting. In-flight steps stay queued (their completions must
+        still pair up) but become stale.
         """
         self._set_cap(self._params.starting_cap(), force_new_generation=True)
         self._reset_generation = self._cap_generation
         self._applied_cap_tokens = self._cap_tokens
         self._last_planned = False
         self._allowance = 1.0
-        self._model.reset()
+        if model:
+            self._model.reset()
         self._last_observation_s = None
 
     def apply_config(self, config: ControllerSettings) -> None:

@@ -19,6 +19,8 @@ AUTO_TARGET_DECODE_MULTIPLE = 2.0
 """... and at least this multiple of the measured decode-only step (room for prefill)."""
 OBSERVATIONS = ("busy", "completion", "max")
 """``dlfp-ct`` observations, spelled as ``Observation`` values."""
+PLANS = ("deadline", "target")
+"""``dlfp-ct`` plans, spelled as ``Plan`` values."""
 MIN_ALLOWANCE = 0.25
 MAX_ALLOWANCE = 2.0
 """Bounds of the feed-forward allowance (a factor on the target the model plans for)."""
@@ -49,6 +51,12 @@ class ControllerSettings(Protocol):
     def feedforward(self) -> bool: ...
     @property
     def observation(self) -> str: ...
+    @property
+    def plan(self) -> str: ...
+    @property
+    def margin_quantile(self) -> float: ...
+    @property
+    def ttft_slo_ms(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -70,12 +78,20 @@ class CapParams:
     """The ITL objective an ``auto`` target derives from."""
     observation: str
     """``dlfp-ct`` only: the step time fed back (one of ``OBSERVATIONS``)."""
+    plan: str = "deadline"
+    """``dlfp-ct`` with ``feedforward`` only: what a mixed step is planned to (``PLANS``)."""
+    margin_quantile: float = 0.99
+    """Deadline plan: the quantile of observed/predicted step time that is the margin."""
+    ttft_slo_ms: float = 30_000.0
+    """Deadline plan: a prefill past arrival + this gets at least ``min_cap_tokens``."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.observation not in OBSERVATIONS:
             raise ValueError(f"observation must be one of {OBSERVATIONS}")
+        if self.plan not in PLANS:
+            raise ValueError(f"plan must be one of {PLANS}")
         is_target_valid = self.target_ms is None or self.target_ms > 0
         if not (is_target_valid and 0 < self.gain <= 1 and self.step_tokens >= 1):
             raise ValueError("need target_ms > 0, 0 < gain <= 1 and step_tokens >= 1")
@@ -99,6 +115,9 @@ class CapParams:
             feedforward=config.feedforward,
             itl_slo_ms=config.itl_slo_ms,
             observation=str(config.observation),
+            plan=str(config.plan),
+            margin_quantile=config.margin_quantile,
+            ttft_slo_ms=config.ttft_slo_ms,
         )
 
     def clamp(self, tokens: float) -> int:
@@ -122,6 +141,10 @@ class CapParams:
     @property
     def uses_cost_model(self) -> bool:
         return self.feedforward and self.mode == "dlfp-ct"
+
+    @property
+    def plans_deadlines(self) -> bool:
+        return self.uses_cost_model and self.plan == "deadline"
 
 
 @dataclass(frozen=True)
@@ -156,6 +179,23 @@ class ControllerState:
     """Feed-forward correction: the model plans each step for ``allowance * target``."""
     cost_coefficients: list[float] | None
     """The cost model's fit (see ``cost_model``), or None before it is ready."""
+    plan: str | None = None
+    """``deadline`` or ``target`` while mixed steps are planned from the cost model
+    (``dlfp-ct`` with ``feedforward``), else None."""
+    margin: float | None = None
+    """Deadline plan: the factor on each prediction (quantile x correction), or None."""
+    margin_correction: float = 1.0
+    """Deadline plan: the proportional correction of the margin toward 1% overruns."""
+    margin_samples: int = 0
+    """Mixed steps in the margin's window (the margin is 1.5 until 16)."""
+    num_zero_prefill_steps: int = 0
+    """Steps with decodes and waiting prefill that carried no prefill: nothing fitted."""
+    num_ttft_overdue_steps: int = 0
+    """Steps where nothing fitted but a prefill past its TTFT deadline got min_cap_tokens."""
+    num_deadline_steps: int = 0
+    """Completed steps planned to a stream deadline."""
+    num_deadline_misses: int = 0
+    """Of those, steps that completed after the deadline they were planned to."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

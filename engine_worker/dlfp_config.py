@@ -49,6 +49,16 @@ class Observation(StrEnum):
     """The larger of the two."""
 
 
+class Plan(StrEnum):
+    """How ``dlfp-ct`` sizes a mixed step from its cost model."""
+
+    DEADLINE = "deadline"
+    """The largest prefill whose predicted end, times a margin for the tail, meets the
+    running streams' tightest deadline (last token + itl_slo_ms)."""
+    TARGET = "target"
+    """The largest prefill whose predicted time fits ``allowance x target_ms``."""
+
+
 class DLFPConfig(BaseModel):
     """Controller settings and the SLO targets the gateway judges requests by.
 
@@ -93,11 +103,21 @@ class DLFPConfig(BaseModel):
     """dlfp-ct only: size each mixed step from the online cost model of step time."""
     observation: Observation = Observation.COMPLETION
     """dlfp-ct only: the step time fed back: busy, completion (interval) or max of both."""
+    plan: Plan = Plan.DEADLINE
+    """dlfp-ct with feedforward only: plan each mixed step to the running streams'
+    deadlines (deadline) or to allowance x target_ms (target)."""
+    margin_quantile: float = Field(default=0.99, ge=0.5, le=1)
+    """dlfp-ct deadline plan only: the quantile of observed/predicted step time, over the
+    last 128 mixed steps, that multiplies each prediction; floor 0.5."""
     ttft_slo_ms: float = Field(default=30_000.0, ge=100)
-    """Time-to-first-token objective the gateway judges requests by, ms; floor 100 ms
-    (below it the SLO check would turn every request away)."""
+    """Time-to-first-token objective, ms: the gateway judges requests by it, and dlfp-ct's
+    deadline plan gives a prefill past arrival + ttft_slo_ms at least min_cap_tokens (and,
+    under srpf, serves first a prefill whose slack is below its predicted prefill time);
+    floor 100 ms (below it the SLO check would turn every request away)."""
     itl_slo_ms: float = Field(default=500.0, ge=10)
-    """Inter-token-latency objective the gateway judges requests by, ms; floor 10 ms."""
+    """Inter-token-latency objective, ms: the gateway judges requests by it, dlfp-ct's
+    deadline plan holds every running stream's next token to its last token plus it, and an
+    auto target derives from it; floor 10 ms."""
 
     @model_validator(mode="after")
     def _check_bounds(self) -> Self:

@@ -330,11 +330,12 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         logger.info("DLFP config applied: %s", new_config)
         return self.dlfp_get_state()
 
-    def dlfp_reset(self) -> dict[str, Any]:
-        """Back to ``initial_cap_tokens``, an empty cost model and a fresh guard."""
-        self.dlfp_controller.reset()
+    def dlfp_reset(self, model: bool = False) -> dict[str, Any]:
+        """Back to the starting cap and a fresh guard; with ``model``, an empty cost model
+        and margin window too."""
+        self.dlfp_controller.reset(model=model)
         self._num_held_steps.clear()
-        logger.info("DLFP controller reset")
+        logger.info("DLFP controller reset (model=%s)", model)
         return self.dlfp_get_state()
 
     def dlfp_get_steps(self, since_step: int) -> list[dict[str, Any]]:

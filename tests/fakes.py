@@ -59,6 +59,7 @@ class FakeEngine:
         self.tokenizer_lock = threading.Lock()
         self.dlfp_config = DLFPConfig()
         self.num_dlfp_resets = 0
+        self.last_reset_model = False
         self.dlfp_failure: Exception | None = None
         self.dlfp_delay_s = 0.0
         self.output = ChatOutput()
@@ -202,6 +203,7 @@ class FakeEngine:
     async def get_dlfp_steps(self, since_step: int) -> list[dict[str, Any]]:
         return []
 
-    async def reset_dlfp(self) -> dict[str, Any]:
+    async def reset_dlfp(self, *, model: bool = False) -> dict[str, Any]:
         self.num_dlfp_resets += 1
+        self.last_reset_model = model
         return await self.get_dlfp_state()
