@@ -8,7 +8,9 @@ The scheduler drives it with three events per step (see ``PrefillCapController``
 
 from __future__ import annotations
 
+import math
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +27,11 @@ from engine_worker.controller_params import (
     ControllerState,
 )
 from engine_worker.cost_model import StepCostModel, StepShape, plan_prefill
+from engine_worker.margin import MarginWindow, corrected
 from engine_worker.step_timing import StepRecord, StepTimeline
+
+RECENT_STEPS = 64
+"""Steps whose end times the deadline plan can look up (a stream's last token is in one)."""
 
 __all__ = [
     "MODES",
@@ -58,6 +64,18 @@ class PrefillCapController:
     so the proportional law corrects the prediction's error instead of
     carrying the whole plant, and a new prompt starts at the cap predicted for
     its context rather than at the cap the last long prompt left.
+
+    Deadline plan (``plan: deadline``, the default of ``dlfp-ct`` with its cost
+    model): each mixed step gets the largest cap whose predicted end, with the
+    margin ``m`` for the tail (see ``margin``), meets the tightest deadline of
+    the running streams, ``end(last token) + itl_slo``::
+
+        base = end of the newest step (predicted while in flight, observed once done)
+        cap(k) = max{c : base + m * predict(shape(c)) <= min_i end(token_i) + itl_slo}
+
+    with no prefill at all when not even ``min_cap_tokens`` fits (unless a
+    prefill is past its TTFT deadline: then ``min_cap_tokens``), and a step
+    that completes prefills ending with them (see ``_plan_deadline``).
 
     Units: ``observed`` and ``target`` in seconds (``target_ms`` / 1000), cap in
     prefill tokens. Sign: an iteration slower than the target shrinks the cap
@@ -114,6 +132,13 @@ class PrefillCapController:
         self._num_decode_free_steps = 0
         self._num_stale_observations = 0
         self._pending: _Pending | None = None
+        self._margin = MarginWindow(params.margin_quantile)
+        self._margin_correction = 1.0
+        self._recent: deque[StepRecord] = deque(maxlen=RECENT_STEPS)
+        self._num_zero_prefill_steps = 0
+        self._num_ttft_overdue_steps = 0
+        self._num_deadline_steps = 0
+        self._num_deadline_misses = 0
 
     @classmethod
     def from_config(cls, config: ControllerSettings, **clocks: Any) -> PrefillCapController:
@@ -147,6 +172,14 @@ class PrefillCapController:
             cost_model_ready=self._model.is_ready,
             allowance=self._allowance,
             cost_coefficients=None if coef is None else list(coef),
+            plan=self._params.plan if self._params.uses_cost_model else None,
+            margin=self._margin_value() if self._params.plans_deadlines else None,
+            margin_correction=self._margin_correction,
+            margin_samples=self._margin.num_samples,
+            num_zero_prefill_steps=self._num_zero_prefill_steps,
+            num_ttft_overdue_steps=self._num_ttft_overdue_steps,
+            num_deadline_steps=self._num_deadline_steps,
+            num_deadline_misses=self._num_deadline_misses,
         )
 
     def reset(self, *, model: bool = False) -> None:
@@ -164,6 +197,8 @@ class PrefillCapController:
         self._allowance = 1.0
         if model:
             self._model.reset()
+            self._margin.reset()
+            self._margin_correction = 1.0
         self._last_observation_s = None
 
     def apply_config(self, config: ControllerSettings) -> None:
@@ -180,6 +215,7 @@ class PrefillCapController:
         changes apply from the next step.
         """
         old, self._params = self._params, params
+        self._margin.quantile = params.margin_quantile
         if params.mode != old.mode or params.initial_cap_tokens != old.initial_cap_tokens:
             self.reset()
         elif params.mode == "fixed":
@@ -196,27 +232,52 @@ class PrefillCapController:
         *,
         candidates: Sequence[tuple[int, int]] = (),
         decode_context_tokens: int = 0,
+        oldest_token_step: int | None = None,
+        ttft_overdue: bool = False,
     ) -> int | None:
-        """Before ``schedule()``: the prefill cap for this step, None for no cap.
+        """Before ``schedule()``: the prefill cap for this step, None for no cap, 0 for
+        no prefill at all.
 
         ``candidates`` are the prefills in the order the step would serve them,
         as ``(computed_tokens, remaining_tokens)``; the feed-forward cap plans
-        for them.
+        for them. The deadline plan also reads ``oldest_token_step``, the index
+        of the step that produced (or will produce) the last token of the stream
+        that has waited longest (None: no stream binds the step), and
+        ``ttft_overdue``, whether a candidate is past its TTFT deadline.
         """
         now_s = self._now(now_s)
         previous = self._timeline.close_interval(now_s)
         if previous is not None and self._params.mode == "dlfp":
             self._observe(previous, previous.interval_s)
         cap, is_planned = None, False
+        deadline: _Deadline | None = None
         self._target_s = self._resolve_target_s(num_decoding, decode_context_tokens)
         if num_decoding > 0:
             cap = self._cap_tokens
-            if candidates and self._is_planning:
+            if candidates and self._is_planning and self._params.plans_deadlines:
+                deadline = self._plan_deadline(
+                    now_s, num_decoding, decode_context_tokens, candidates, oldest_token_step
+                )
+                cap, is_planned = deadline.cap_tokens, True
+                if cap == 0 and ttft_overdue:
+                    cap = self._params.min_cap_tokens
+                    deadline = _Deadline(cap, deadline.deadline_s, deadline.margin, False)
+                    self._num_ttft_overdue_steps += 1
+                self._num_zero_prefill_steps += cap == 0
+            elif candidates and self._is_planning:
                 cap, is_planned = self._plan(num_decoding, decode_context_tokens, candidates), True
             if candidates:  # a decode-only step applies no cap worth reporting
                 self._applied_cap_tokens, self._last_planned = cap, is_planned
-        self._pending = _Pending(now_s, num_decoding, cap, is_planned, self._target_s)
+            if deadline is None and self._params.plans_deadlines:
+                deadline = _Deadline(None, self._deadline_s(now_s, oldest_token_step), None, False)
+        self._pending = _Pending(now_s, num_decoding, cap, is_planned, self._target_s, deadline)
         return cap
+
+    def predict_prefill_s(self, computed_tokens: int, num_tokens: int) -> float | None:
+        """The cost model's added time for a prefill of ``num_tokens`` (None before a fit)."""
+        if not self._is_planning:
+            return None
+        return self._model.prefill_s(computed_tokens, num_tokens)
 
     def on_scheduled(
         self,
@@ -228,10 +289,18 @@ class PrefillCapController:
     ) -> StepRecord:
         """After ``schedule()``: what the step holds; it is dispatched now."""
         now_s = self._now(now_s)
-        pending = self._pending or _Pending(now_s, 0, None, False, self._target_s)
+        pending = self._pending or _Pending(now_s, 0, None, False, self._target_s, None)
         self._pending = None
         if shape is None:
             shape = StepShape(num_decode_tokens, 0, num_prefill_tokens, 0.0)
+        # NOTE: a decode-only step uses the latest solve: no refit for it (hot path).
+        predicted_s = (
+            self._model.predict_s(shape)
+            if shape.num_prefill_tokens
+            else self._model.predict_cached_s(shape)
+        )
+        base_s = self._base_s(now_s)
+        deadline = pending.deadline
         record = StepRecord(
             step_index=self._timeline.num_steps,
             mode=self._params.mode,
@@ -243,16 +312,22 @@ class PrefillCapController:
             scheduled_at_s=pending.start_s,
             dispatched_at_s=now_s,
             shape=shape,
-            predicted_s=self._model.predict_s(shape),
+            predicted_s=predicted_s,
             is_planned=pending.is_planned,
             target_s=pending.target_s,
             observation=self._params.observation,
             cap_exact=self._cap_exact,
             allowance=self._allowance,
+            deadline_s=None if deadline is None else deadline.deadline_s,
+            predicted_end_s=base_s + (predicted_s or 0.0),
+            margin=None if deadline is None else deadline.margin,
+            margin_correction=self._margin_correction,
+            is_deadline_bound=deadline is not None and deadline.is_bound,
         )
         self._num_mixed_steps += record.is_mixed
         self._num_decode_free_steps += pending.num_decoding == 0
         self._timeline.dispatch(record)
+        self._recent.append(record)
         return record
 
     def on_step_done(self, now_s: float | None = None) -> StepRecord | None:
@@ -264,6 +339,9 @@ class PrefillCapController:
         if observed_s is not None and record.shape is not None:
             # The cost model predicts the same quantity the feedback law corrects.
             self._model.observe(record.shape, observed_s)
+        if record.deadline_s is not None and record.done_at_s is not None:
+            self._num_deadline_steps += 1
+            self._num_deadline_misses += record.done_at_s > record.deadline_s
         if self._params.mode == "dlfp-ct":
             self._observe(record, observed_s)
         return record
@@ -283,11 +361,54 @@ class PrefillCapController:
     def _is_planning(self) -> bool:
         return self._params.uses_cost_model and self._model.is_ready
 
-    def _plan(
-        self, num_decoding: int, decode_context_tokens: int, candidates: Sequence[tuple[int, int]]
-    ) -> int:
+    def _margin_value(self) -> float:
+        return self._margin.value() * self._margin_correction
+
+    def _end_s(self, step_index: int) -> float | None:
+        """When a recent step ended (observed) or is predicted to end (in flight)."""
+        if not self._recent:
+            return None
+        offset = step_index - self._recent[0].step_index
+        if not 0 <= offset < len(self._recent):
+            return None
+        record = self._recent[offset]
+        return record.done_at_s if record.done_at_s is not None else record.predicted_end_s
+
+    def _base_s(self, now_s: float) -> float:
+        """When the next step's own time starts counting, for its predicted end.
+
+        A completion-timed prediction counts from the end of the step before
+        (predicted while it is in flight); a busy-time one from then or from
+        dispatch, whichever is later.
+        """
+        latest = self._end_s(self._recent[-1].step_index) if self._recent else None
+        if latest is None:
+            return now_s
+        return max(latest, now_s) if self._params.observation == "busy" else latest
+
+    def _deadline_s(self, now_s: float, oldest_token_step: int | None) -> float | None:
+        """The tightest stream deadline: its last token's step end + ``itl_slo_ms``."""
+        if oldest_token_step is None:
+            return None
+        token_s = self._end_s(oldest_token_step)
+        if token_s is None:  # older than the steps kept: count from now
+            token_s = self._base_s(now_s)
+        return token_s + self._params.itl_slo_ms / 1000.0
+
+    def _plan_deadline(
+        self,
+        now_s: float,
+        num_decoding: int,
+        decode_context_tokens: int,
+        candidates: Sequence[tuple[int, int]],
+        oldest_token_step: int | None,
+    ) -> _Deadline:
         p = self._params
-        budget_s = self._allowance * self._target_s
+        margin = self._margin_value()
+        deadline_s = self._deadline_s(now_s, oldest_token_step)
+        budget_s = math.inf
+        if deadline_s is not None:
+            budget_s = (deadline_s - self._base_s(now_s)) / margin
 
         def fits(cap: int) -> bool:
             num_prefill, attention = plan_prefill(candidates, cap)
@@ -295,10 +416,30 @@ class PrefillCapController:
             predicted_s = self._model.predict_s(shape)
             return predicted_s is not None and predicted_s <= budget_s
 
+        if not fits(p.min_cap_tokens):
+            return _Deadline(0, deadline_s, margin, True)
+        cap = self._largest_fitting_cap(fits)
+        left = sum(remaining for _, remaining in candidates)
+        is_bound = cap < p.max_cap_tokens and cap < left
+        # NOTE: a step that completes prefills ends with them: the first tokens come
+        # at the end of the step, so a short prompt is not kept waiting for a step
+        # stretched to the deadline with the next prompt's chunk (which waits one
+        # step instead). Equation in docs/scheduler.md, "Deadline plan".
+        completed = 0
+        for _, remaining in candidates:
+            if completed + remaining > cap:
+                break
+            completed += remaining
+        if completed:
+            cap, is_bound = completed, False
+        return _Deadline(cap, deadline_s, margin, is_bound)
+
+    def _largest_fitting_cap(self, fits: Callable[[int], bool]) -> int:
         # NOTE: the prediction never falls as the cap grows (the fit keeps every
         # slope >= 0, and a larger cap serves the same candidates more tokens), so
         # the largest cap that fits is found by bisection over the quantised caps:
         # a few predictions per step on the engine's hot path, not one per quantum.
+        p = self._params
         low, high = 0, (p.max_cap_tokens - p.min_cap_tokens) // p.step_tokens
         while low < high:
             middle = (low + high + 1) // 2
@@ -307,6 +448,19 @@ class PrefillCapController:
             else:
                 high = middle - 1
         return p.min_cap_tokens + low * p.step_tokens
+
+    def _plan(
+        self, num_decoding: int, decode_context_tokens: int, candidates: Sequence[tuple[int, int]]
+    ) -> int:
+        budget_s = self._allowance * self._target_s
+
+        def fits(cap: int) -> bool:
+            num_prefill, attention = plan_prefill(candidates, cap)
+            shape = StepShape(num_decoding, decode_context_tokens, num_prefill, attention)
+            predicted_s = self._model.predict_s(shape)
+            return predicted_s is not None and predicted_s <= budget_s
+
+        return self._largest_fitting_cap(fits)
 
     def _observe(self, record: StepRecord, observed_s: float | None) -> None:
         # NOTE: the guard. Only a mixed step says how long prefill beside a
@@ -327,6 +481,9 @@ class PrefillCapController:
         if stale or record.mode != p.mode:
             self._num_stale_observations += 1
             return
+        if record.margin is not None:
+            self._observe_deadline(record, observed_s)
+            return
         target_s = record.target_s
         if record.num_prefill_tokens < record.cap_tokens and observed_s <= target_s:
             # The cap did not limit this step (the prompt's last chunk, say): a
@@ -340,6 +497,25 @@ class PrefillCapController:
             base = record.cap_exact if record.cap_exact is not None else float(record.cap_tokens)
             exact = min(max(base * factor, p.min_cap_tokens), p.max_cap_tokens)
             self._set_cap(p.clamp(exact), exact=exact)
+        self._last_observation_s = observed_s
+        self._num_updates += 1
+        self._last_update_unix_s = self._wall_clock()
+        record.is_feedback = True
+
+    def _observe_deadline(self, record: StepRecord, observed_s: float) -> None:
+        """A deadline-planned mixed step: the margin's window and its correction."""
+        if record.predicted_s is not None and record.predicted_s > 0:
+            self._margin.observe(observed_s / record.predicted_s)
+        if record.deadline_s is None or record.done_at_s is None:
+            return
+        overrun = record.done_at_s > record.deadline_s
+        at_floor = record.cap_tokens == self._params.min_cap_tokens
+        if not record.is_deadline_bound and (not overrun or at_floor):
+            # The deadline did not set the cap (its bounds or the prefills left did):
+            # a step within its deadline says nothing about the margin, a late one
+            # does, unless it ran at the floor anyway (a TTFT-overdue prefill).
+            return
+        self._margin_correction = corrected(record.margin_correction, overrun, self._params.gain)
         self._last_observation_s = observed_s
         self._num_updates += 1
         self._last_update_unix_s = self._wall_clock()
@@ -372,3 +548,14 @@ class _Pending:
     cap_tokens: int | None
     is_planned: bool
     target_s: float
+    deadline: _Deadline | None
+
+
+@dataclass(frozen=True)
+class _Deadline:
+    """What the deadline plan decided for a step."""
+
+    cap_tokens: int | None
+    deadline_s: float | None
+    margin: float | None
+    is_bound: bool

@@ -1,31 +1,44 @@
-"""An online model of a step's busy time from its composition: tokens in, seconds out.
+"""An online model of a step's time from its composition: tokens in, seconds out.
 
-Pure Python (no vLLM, no numpy): five features, fitted by windowed
+Pure Python (no vLLM, no numpy): six features, fitted by windowed
 non-negative least squares on the steps the controller has seen complete::
 
-    busy_s ~ c0 + c_dec * num_decode + c_dctx * decode_ctx / 1e4
-               + c_pre * prefill / 1e3 + c_att * attention / 1e6
+    t ~ c_dec0 * [no prefill] + c_mix0 * [prefill]
+          + c_dec * num_decode + c_dctx * decode_ctx / 1e4
+          + c_pre * prefill / 1e3 + c_att * attention / 1e6
 
 where ``attention = sum_i p_i * (s_i + p_i / 2)`` for each prefill chunk of
 ``p_i`` tokens starting at context ``s_i`` (the token-context product a
 chunk's attention costs: a fixed-size chunk costs more as its prompt grows),
 and ``decode_ctx`` is the context the decodes attend to. The scale factors
-only keep the normal equations well conditioned.
+only keep the normal equations well conditioned. Decode-only and mixed steps
+have intercepts of their own: they can be different execution modes (CUDA
+graphs against eager), and a mixed step's fixed overhead must not leak into
+the decode-only step.
 
 Two windows, one of decode-only steps and one of steps with prefill, keep the
-thousands of decode-only steps from crowding out the few mixed ones. No
-offline profile and no per-model constant: the fit starts empty and
-``is_ready`` turns true once the prefill window holds enough varied steps.
+thousands of decode-only steps from crowding out the few mixed ones. A speed
+factor, the median of observed/fitted over each window's last
+``SPEED_STEPS`` steps, scales each prediction, so a change of the machine's
+speed shows within a few steps, not after a window. No offline profile and no
+per-model constant: the fit starts empty and ``is_ready`` turns true once the
+prefill window holds enough steps. The fit is solved lazily, when a
+prediction needs it, so a run of decode-only steps costs no solve.
 """
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-NUM_FEATURES = 5
+NUM_FEATURES = 6
+NUM_INTERCEPTS = 2
+"""The first features are intercepts (unconstrained); the slopes are kept >= 0."""
+SPEED_STEPS = 16
+"""Recent steps per window whose observed/fitted median is the speed factor."""
 RECENT_DECODE_STEPS = 32
 """Decode-only steps the recent decode time is the median of."""
 MIN_PREFILL_SAMPLES = 6
@@ -48,8 +61,10 @@ class StepShape:
     """Sum over prefill chunks of ``p * (s + p / 2)``: tokens times context."""
 
     def features(self) -> tuple[float, ...]:
+        has_prefill = 1.0 if self.num_prefill_tokens else 0.0
         return (
-            1.0,
+            1.0 - has_prefill,
+            has_prefill,
             float(self.num_decode_tokens),
             self.decode_context_tokens / 1e4,
             self.num_prefill_tokens / 1e3,
@@ -78,16 +93,15 @@ def plan_prefill(candidates: Sequence[tuple[int, int]], budget_tokens: int) -> t
 
 
 class StepCostModel:
-    """Windowed non-negative least squares of busy time on ``StepShape`` features.
+    """Windowed non-negative least squares of step time on ``StepShape`` features.
 
     The normal equations are kept as running sums (a sample is added when it
     enters its window and subtracted when it leaves), so a refit costs one
-    5x5 solve, not a pass over the windows: it runs on the engine's hot path.
+    6x6 solve, not a pass over the windows: it runs on the engine's hot path.
     The decode-only step an ``auto`` target needs is the median of the recent
-    decode-only steps as observed, not a prediction: on the real engine the
-    joint fit (which shares its intercept and per-decode slope with the mixed
-    steps) put a 90 ms decode step at 250 ms, and a fit of the decode-only
-    steps alone extrapolated 108 ms to 208 ms at an unusual context.
+    decode-only steps as observed, not a prediction: on the real engine a joint
+    fit put a 90 ms decode step at 250 ms, and a fit of the decode-only steps
+    alone extrapolated 108 ms to 208 ms at an unusual context.
     """
 
     def __init__(self, window_steps: int = WINDOW_STEPS) -> None:
@@ -96,6 +110,10 @@ class StepCostModel:
         self._with_prefill: deque[tuple[tuple[float, ...], float]] = deque()
         self._joint = _NormalEquations(NUM_FEATURES)
         self._coef: tuple[float, ...] | None = None
+        self._speed = (1.0, 1.0)
+        """Speed factors (decode-only, with prefill) of the latest solve."""
+        self._is_stale = False
+        self._recent_decode = _RunningMedian(RECENT_DECODE_STEPS)
         self._num_samples = 0
 
     @property
@@ -104,42 +122,127 @@ class StepCostModel:
         return self._num_samples
 
     @property
+    def num_prefill_samples(self) -> int:
+        """Steps with prefill in the window."""
+        return len(self._with_prefill)
+
+    @property
     def is_ready(self) -> bool:
-        return self._coef is not None
+        return len(self._with_prefill) >= MIN_PREFILL_SAMPLES
 
     @property
     def coefficients(self) -> tuple[float, ...] | None:
         """Seconds per feature unit (see the module docstring), or None before a fit."""
+        self._refit()
         return self._coef
+
+    @property
+    def speed(self) -> tuple[float, float]:
+        """The speed factors (decode-only, with prefill) on the fit's predictions."""
+        self._refit()
+        return self._speed
 
     def reset(self) -> None:
         self._decode_only.clear()
         self._with_prefill.clear()
         self._joint = _NormalEquations(NUM_FEATURES)
         self._coef = None
+        self._speed = (1.0, 1.0)
+        self._is_stale = False
+        self._recent_decode = _RunningMedian(RECENT_DECODE_STEPS)
 
-    def observe(self, shape: StepShape, busy_s: float) -> None:
-        """Add a completed step; refit once enough steps with prefill were seen."""
+    def observe(self, shape: StepShape, seconds: float) -> None:
+        """Add a completed step; the fit is solved when a prediction next needs it."""
         is_decode_only = not shape.num_prefill_tokens
         window = self._decode_only if is_decode_only else self._with_prefill
-        sample = (shape.features(), busy_s)
+        sample = (shape.features(), seconds)
         window.append(sample)
         self._joint.add(*sample, 1.0)
         if len(window) > self._window_steps:
             self._joint.add(*window.popleft(), -1.0)
+        if is_decode_only:
+            self._recent_decode.add(seconds)
         self._num_samples += 1
-        if len(self._with_prefill) >= MIN_PREFILL_SAMPLES:
-            self._coef = self._joint.solve()
+        self._is_stale = True
 
     def predict_s(self, shape: StepShape) -> float | None:
+        self._refit()
+        return self._predict(shape)
+
+    def predict_cached_s(self, shape: StepShape) -> float | None:
+        """The prediction of the latest solve, without refitting (telemetry)."""
+        return self._predict(shape)
+
+    def prefill_s(self, computed_tokens: int, num_tokens: int) -> float | None:
+        """The added time of prefilling ``num_tokens`` after ``computed_tokens`` in a step."""
+        self._refit()
         if self._coef is None:
             return None
-        return sum(c * x for c, x in zip(self._coef, shape.features(), strict=True))
+        attention = chunk_attention(computed_tokens, num_tokens)
+        c = self._coef
+        return (c[4] * num_tokens / 1e3 + c[5] * attention / 1e6) * self._speed[1]
 
     def recent_decode_only_s(self) -> float | None:
-        """The median busy time of the last ``RECENT_DECODE_STEPS`` decode-only steps."""
-        recent = [busy for _, busy in list(self._decode_only)[-RECENT_DECODE_STEPS:]]
-        return statistics.median(recent) if len(recent) >= MIN_PREFILL_SAMPLES else None
+        """The median time of the last ``RECENT_DECODE_STEPS`` decode-only steps."""
+        if self._recent_decode.size < MIN_PREFILL_SAMPLES:
+            return None
+        return self._recent_decode.median()
+
+    def _predict(self, shape: StepShape) -> float | None:
+        if self._coef is None:
+            return None
+        fitted = _dot(self._coef, shape.features())
+        return fitted * self._speed[1 if shape.num_prefill_tokens else 0]
+
+    def _refit(self) -> None:
+        if not self._is_stale:
+            return
+        self._is_stale = False
+        if not self.is_ready:
+            self._coef = None
+            return
+        coef = self._joint.solve()
+        self._coef = coef
+        self._speed = (_speed(coef, self._decode_only), _speed(coef, self._with_prefill))
+
+
+def _dot(coef: Sequence[float], features: Sequence[float]) -> float:
+    return sum(c * x for c, x in zip(coef, features, strict=True))
+
+
+def _speed(coef: Sequence[float], window: deque[tuple[tuple[float, ...], float]]) -> float:
+    """The median of observed/fitted over the window's last ``SPEED_STEPS`` steps."""
+    ratios = []
+    for index in range(max(len(window) - SPEED_STEPS, 0), len(window)):
+        features, seconds = window[index]
+        fitted = _dot(coef, features)
+        if fitted > 0:
+            ratios.append(seconds / fitted)
+    return statistics.median(ratios) if ratios else 1.0
+
+
+class _RunningMedian:
+    """The median of the last ``size`` values, kept sorted as they come and go."""
+
+    def __init__(self, capacity: int) -> None:
+        self._values: deque[float] = deque()
+        self._sorted: list[float] = []
+        self._capacity = capacity
+
+    @property
+    def size(self) -> int:
+        return len(self._values)
+
+    def add(self, value: float) -> None:
+        self._values.append(value)
+        bisect.insort(self._sorted, value)
+        if len(self._values) > self._capacity:
+            old = self._values.popleft()
+            del self._sorted[bisect.bisect_left(self._sorted, old)]
+
+    def median(self) -> float:
+        values, middle = self._sorted, len(self._sorted) // 2
+        return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
 
 
 class _NormalEquations:
@@ -161,7 +264,7 @@ class _NormalEquations:
 
 
 def _nnls(gram: list[list[float]], rhs: list[float]) -> tuple[float, ...]:
-    """Least squares with every coefficient but the intercept kept >= 0.
+    """Least squares with every coefficient but the intercepts kept >= 0.
 
     A step cannot get cheaper with more work, so a negative slope is noise:
     drop the most negative feature and refit (a small active-set loop).
@@ -174,14 +277,14 @@ def _nnls(gram: list[list[float]], rhs: list[float]) -> tuple[float, ...]:
         coef = [0.0] * num_features
         for index, value in zip(active, solution, strict=True):
             coef[index] = value
-        negative = [i for i in active[1:] if coef[i] < 0]
+        negative = [i for i in active if i >= NUM_INTERCEPTS and coef[i] < 0]
         if not negative:
             return tuple(coef)
         active.remove(min(negative, key=lambda i: coef[i]))
 
 
 def _solve(matrix: list[list[float]], rhs: list[float]) -> list[float]:
-    """Gaussian elimination with partial pivoting (n <= 5)."""
+    """Gaussian elimination with partial pivoting (n <= 6)."""
     n = len(rhs)
     a = [[*row, b] for row, b in zip(matrix, rhs, strict=True)]
     for col in range(n):

@@ -14,8 +14,9 @@ imports it inside the engine-core process when it resolves ``scheduler_cls``.
 
 from __future__ import annotations
 
+import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from vllm.logger import init_logger
@@ -103,6 +104,8 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         self._dlfp_steps: deque[StepRecord] = deque(maxlen=MAX_STEP_HISTORY)
         # Consecutive capped steps each prefill in progress went without tokens.
         self._num_held_steps: dict[str, int] = {}
+        # The step that produced (or will produce) each running stream's last token.
+        self._token_steps: dict[str, int] = {}
         if self.scheduler_config.async_scheduling != isinstance(self, AsyncScheduler):
             logger.warning(
                 "%s does not match async_scheduling=%s; use scheduler_cls_name()",
@@ -114,21 +117,28 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         decodes = [request for request in self.running if is_decoding(request)]
-        candidates = self._prefill_candidates() if decodes else []
+        plans_deadlines = self.dlfp_controller.params.plans_deadlines
+        now_unix_s = time.time() if plans_deadlines else 0.0
+        candidates = self._prefill_candidates(now_unix_s) if decodes else []
         cap_tokens = self.dlfp_controller.on_schedule(
             len(decodes),
             candidates=[(c.computed_tokens, c.remaining_tokens) for c in candidates],
             decode_context_tokens=sum(r.num_computed_tokens for r in decodes),
+            oldest_token_step=self._oldest_token_step(decodes, candidates)
+            if plans_deadlines
+            else None,
+            ttft_overdue=plans_deadlines and self._is_ttft_overdue(candidates, now_unix_s),
         )
         if cap_tokens is None:
             output = super().schedule(*args, **kwargs)
         else:
             output = self._schedule_capped(cap_tokens, decodes, candidates, *args, **kwargs)
-        shape = self._step_shape(output, decodes)
+        shape, token_ids = self._step_shape(output, decodes)
         record = self.dlfp_controller.on_scheduled(
             shape.num_prefill_tokens, shape.num_decode_tokens, shape=shape
         )
         self._dlfp_steps.append(record)
+        self._note_token_steps(output, token_ids, record.step_index)
         if cap_tokens is not None:
             self._count_held_steps(output)
         return output
@@ -167,8 +177,11 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         threshold = cap_tokens
         selection: Selection | None = None
         original_running = list(self.running)
-        original_waiting = list(self.waiting)
-        if self.dlfp_config.prefill_order == PrefillOrder.SRPF:
+        original_waiting: list[Request] = []
+        # NOTE: a cap of 0 (nothing fits beside the decodes) holds every prefill out
+        # of vLLM's queues for the step: vLLM reads a threshold of 0 as "none".
+        if self.dlfp_config.prefill_order == PrefillOrder.SRPF or cap_tokens == 0:
+            original_waiting = list(self.waiting)
             selection = select(candidates, cap_tokens)
             threshold = selection.threshold_tokens
             self._apply_selection(decodes, selection)
@@ -192,34 +205,86 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
             if selection is not None:
                 self._restore_waiting(original_waiting, selection.held_waiting)
 
-    def _prefill_candidates(self) -> list[Candidate]:
+    def _prefill_candidates(self, now_unix_s: float) -> list[Candidate]:
         """The prefills a capped step could serve, in the order it should."""
         running_prefills = [r for r in self.running if not is_decoding(r)]
         num_free_slots = max(self.max_num_running_reqs - len(self.running), 0)
-        waiting = [r for r in self.waiting if r.status in _SCHEDULABLE][:num_free_slots]
-        starving = frozenset(
+        waiting = []
+        if num_free_slots:
+            for request in self.waiting:
+                if request.status in _SCHEDULABLE:
+                    waiting.append(request)
+                    if len(waiting) == num_free_slots:
+                        break
+        first = {
             request_id
             for request_id, num_held in self._num_held_steps.items()
             if num_held >= MAX_HELD_STEPS
-        )
+        }
+        srpf = self.dlfp_config.prefill_order == PrefillOrder.SRPF
+        if srpf and now_unix_s:
+            first |= self._urgent_ids([*running_prefills, *waiting], now_unix_s)
         return candidates_in_order(
             running_prefills,
             waiting,
-            srpf=self.dlfp_config.prefill_order == PrefillOrder.SRPF,
+            srpf=srpf,
             by_priority=self.policy.value == "priority",
-            starving_ids=starving,
+            starving_ids=frozenset(first),
         )
+
+    def _urgent_ids(self, requests: Sequence[Request], now_unix_s: float) -> set[str]:
+        """Prefills whose TTFT slack is below their predicted remaining prefill time.
+
+        Slack: arrival at the engine + ``ttft_slo_ms`` - now. The gateway's queue
+        before the engine is admission's business.
+        """
+        ttft_slo_s = self.dlfp_config.ttft_slo_ms / 1000.0
+        urgent = set()
+        for request in requests:
+            slack_s = request.arrival_time + ttft_slo_s - now_unix_s
+            remaining = request.num_tokens - request.num_computed_tokens
+            needed_s = self.dlfp_controller.predict_prefill_s(
+                request.num_computed_tokens, remaining
+            )
+            if needed_s is not None and slack_s < needed_s:
+                urgent.add(request.request_id)
+        return urgent
+
+    def _is_ttft_overdue(self, candidates: Sequence[Candidate], now_unix_s: float) -> bool:
+        """Whether a prefill the step could serve is past arrival + ``ttft_slo_ms``."""
+        ttft_slo_s = self.dlfp_config.ttft_slo_ms / 1000.0
+        return any(c.request.arrival_time + ttft_slo_s < now_unix_s for c in candidates)
+
+    def _oldest_token_step(
+        self, decodes: Sequence[Request], candidates: Sequence[Candidate]
+    ) -> int | None:
+        """The step of the oldest last token among the streams that bind this step.
+
+        Every decoding stream binds, except under ``priority`` scheduling, where a
+        stream of lower priority than the first prefill (a larger value) does not:
+        a higher-priority stream's deadline comes first.
+        """
+        if candidates and self.policy.value == "priority":
+            head_priority = candidates[0].request.priority
+            decodes = [r for r in decodes if r.priority <= head_priority]
+        steps = [self._token_steps.get(r.request_id) for r in decodes]
+        known = [step for step in steps if step is not None]
+        return min(known) if known else None
+
+    def _note_token_steps(
+        self, output: SchedulerOutput, token_ids: Sequence[str], step_index: int
+    ) -> None:
+        for request_id in token_ids:
+            self._token_steps[request_id] = step_index
+        for request_id in output.finished_req_ids:
+            self._token_steps.pop(request_id, None)
 
     def _apply_selection(self, decodes: list[Request], selection: Selection) -> None:
         # NOTE: held requests leave vLLM's queues for this one step only, and
         # _schedule_capped puts them back in their old places. Decodes go first
         # so that no prefill takes their slots (see _move_decodes_first).
-        served = {id(r) for r in selection.running}
-        others = [
-            r
-            for r in self.running
-            if not is_decoding(r) and id(r) not in served and r not in selection.held_running
-        ]
+        served = {id(r) for r in selection.running} | {id(r) for r in selection.held_running}
+        others = [r for r in self.running if not is_decoding(r) and id(r) not in served]
         self.running[:] = [*decodes, *selection.running, *others]
         if selection.held_waiting:
             self.waiting.remove_requests(selection.held_waiting)
@@ -239,26 +304,34 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
             for request in held:
                 self.waiting.add_request(request)
 
-    def _step_shape(self, output: SchedulerOutput, decodes: list[Request]) -> StepShape:
-        """The step's composition for the cost model (after vLLM's bookkeeping)."""
+    def _step_shape(
+        self, output: SchedulerOutput, decodes: list[Request]
+    ) -> tuple[StepShape, list[str]]:
+        """The step's composition for the cost model (after vLLM's bookkeeping), and
+        the requests it gives a token: its decodes and the prefills it completes."""
         decode_ids = {r.request_id for r in decodes}
+        token_ids = []
         num_decode = num_prefill = 0
         attention = 0.0
         for request_id, num_tokens in output.num_scheduled_tokens.items():
             if request_id in decode_ids:
                 num_decode += num_tokens
+                token_ids.append(request_id)
                 continue
             request = self.requests.get(request_id)
             # num_computed_tokens already counts this step's tokens.
             start = 0 if request is None else max(request.num_computed_tokens - num_tokens, 0)
             num_prefill += num_tokens
             attention += chunk_attention(start, num_tokens)
-        return StepShape(
+            if request is not None and request.num_computed_tokens >= request.num_tokens:
+                token_ids.append(request_id)
+        shape = StepShape(
             num_decode_tokens=num_decode,
             decode_context_tokens=sum(r.num_computed_tokens - 1 for r in decodes),
             num_prefill_tokens=num_prefill,
             attention_tokens2=attention,
         )
+        return shape, token_ids
 
     def _count_held_steps(self, output: SchedulerOutput) -> None:
         scheduled = output.num_scheduled_tokens

@@ -74,6 +74,16 @@ class StepRecord:
     """The unquantised feedback cap in force when the step was scheduled."""
     allowance: float = 1.0
     """The planning allowance in force when the step was scheduled."""
+    deadline_s: float | None = None
+    """The tightest stream deadline the step was planned to (deadline plan), else None."""
+    predicted_end_s: float | None = None
+    """When the step was predicted to end (without margin), for the steps after it."""
+    margin: float | None = None
+    """The margin the step was planned with (deadline plan), else None."""
+    margin_correction: float = 1.0
+    """The margin's correction in force when the step was scheduled."""
+    is_deadline_bound: bool = False
+    """Whether the deadline, rather than the cap's bounds or the prefills left, set the cap."""
 
     @property
     def is_mixed(self) -> bool:
@@ -83,6 +93,12 @@ class StepRecord:
     @property
     def is_done(self) -> bool:
         return self.done_at_s is not None
+
+    def deadline_slack_ms(self) -> float | None:
+        """How long before its deadline the step ended (negative: a miss), ms."""
+        if self.deadline_s is None or self.done_at_s is None:
+            return None
+        return (self.deadline_s - self.done_at_s) * 1000.0
 
     def observation_s(self) -> float | None:
         """The observation the step's own mode feeds back (None for off/fixed)."""
@@ -130,6 +146,8 @@ class StepRecord:
             "decode_context_tokens": shape.decode_context_tokens,
             "is_planned": self.is_planned,
             "target_ms": _to_ms(self.target_s),
+            "margin": self.margin,
+            "deadline_slack_ms": self.deadline_slack_ms(),
             "done_unix_s": self.done_unix_s,
             "is_feedback": self.is_feedback,
         }

@@ -56,6 +56,7 @@ def params(
         feedforward=feedforward,
         itl_slo_ms=500.0,
         observation="busy",
+        plan="target",
     )
 
 

@@ -1,0 +1,75 @@
+"""The deadline plan's margin for the tail: how much longer than predicted a step may run.
+
+Pure Python. A mixed step is planned so that its prediction times the margin
+``m`` meets the tightest stream deadline. ``m`` is a high quantile of
+observed/predicted over the recent mixed steps (the model's error where it
+hurts: the tail), times a proportional correction that moves the share of
+steps ending past their deadline toward ``TARGET_OVERRUN_RATE``::
+
+    m = quantile_q(observed / predicted over the last 128 mixed steps) * k
+    k <- clamp(k * (1 + gain * CORRECTION_STEP * (overrun - TARGET_OVERRUN_RATE)), 0.5, 2)
+
+with ``overrun`` 1 when the step ended after its deadline and 0 otherwise; at
+equilibrium ``(1 - r) * ln(1 - g*s*r*) + r * ln(1 + g*s*(1 - r*)) = 0`` gives
+an overrun rate ``r`` of about ``r*`` = 1%. Until ``MIN_MARGIN_SAMPLES`` steps
+were seen the quantile is ``STARTING_MARGIN``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+
+MARGIN_WINDOW_STEPS = 128
+"""Mixed steps whose observed/predicted ratio the quantile is taken over."""
+MIN_MARGIN_SAMPLES = 16
+STARTING_MARGIN = 1.5
+"""The quantile before ``MIN_MARGIN_SAMPLES`` ratios exist."""
+TARGET_OVERRUN_RATE = 0.01
+"""Share of deadline-bound mixed steps the correction lets end past their deadline."""
+CORRECTION_STEP = 0.1
+"""Share of the gain one overrun (or one step within its deadline) moves the correction by."""
+MIN_CORRECTION = 0.5
+MAX_CORRECTION = 2.0
+
+
+def corrected(correction: float, overrun: bool, gain: float) -> float:
+    """The proportional law on the correction after one deadline-bound step."""
+    error = (1.0 if overrun else 0.0) - TARGET_OVERRUN_RATE
+    value = correction * (1.0 + gain * CORRECTION_STEP * error)
+    return min(max(value, MIN_CORRECTION), MAX_CORRECTION)
+
+
+class MarginWindow:
+    """The last ``MARGIN_WINDOW_STEPS`` observed/predicted ratios, kept sorted."""
+
+    def __init__(self, quantile: float, capacity: int = MARGIN_WINDOW_STEPS) -> None:
+        self.quantile = quantile
+        self._capacity = capacity
+        self._ratios: deque[float] = deque()
+        self._sorted: list[float] = []
+
+    @property
+    def num_samples(self) -> int:
+        return len(self._ratios)
+
+    def observe(self, ratio: float) -> None:
+        if not math.isfinite(ratio) or ratio <= 0:
+            return
+        self._ratios.append(ratio)
+        bisect.insort(self._sorted, ratio)
+        if len(self._ratios) > self._capacity:
+            old = self._ratios.popleft()
+            del self._sorted[bisect.bisect_left(self._sorted, old)]
+
+    def value(self) -> float:
+        """The ``quantile`` of the window (nearest rank), or ``STARTING_MARGIN``."""
+        n = len(self._sorted)
+        if n < MIN_MARGIN_SAMPLES:
+            return STARTING_MARGIN
+        return self._sorted[min(max(math.ceil(self.quantile * n) - 1, 0), n - 1)]
+
+    def reset(self) -> None:
+        self._ratios.clear()
+        self._sorted.clear()
