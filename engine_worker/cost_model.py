@@ -17,10 +17,11 @@ graphs against eager), and a mixed step's fixed overhead must not leak into
 the decode-only step.
 
 Two windows, one of decode-only steps and one of steps with prefill, keep the
-thousands of decode-only steps from crowding out the few mixed ones. A speed
-factor, the median of observed/fitted over each window's last
-``SPEED_STEPS`` steps, scales each prediction, so a change of the machine's
-speed shows within a few steps, not after a window. No offline profile and no
+thousands of decode-only steps from crowding out the few mixed ones. Each
+kind of step has a speed factor, the median of observed/fitted over its last
+``SPEED_STEPS`` steps: a prediction is the fit times it, and a sample enters
+the fit divided by it. So a change of the machine's speed shows within a few
+steps instead of a window, and does not bend the fitted slopes. No offline profile and no
 per-model constant: the fit starts empty and ``is_ready`` turns true once the
 prefill window holds enough steps. The fit is solved lazily, when a
 prediction needs it, so a run of decode-only steps costs no solve.
@@ -29,7 +30,6 @@ prediction needs it, so a run of decode-only steps costs no solve.
 from __future__ import annotations
 
 import bisect
-import statistics
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 NUM_FEATURES = 6
 NUM_INTERCEPTS = 2
 """The first features are intercepts (unconstrained); the slopes are kept >= 0."""
-SPEED_STEPS = 16
+SPEED_STEPS = 8
 """Recent steps per window whose observed/fitted median is the speed factor."""
 RECENT_DECODE_STEPS = 32
 """Decode-only steps the recent decode time is the median of."""
@@ -110,8 +110,8 @@ class StepCostModel:
         self._with_prefill: deque[tuple[tuple[float, ...], float]] = deque()
         self._joint = _NormalEquations(NUM_FEATURES)
         self._coef: tuple[float, ...] | None = None
-        self._speed = (1.0, 1.0)
-        """Speed factors (decode-only, with prefill) of the latest solve."""
+        self._speeds = (_RunningMedian(SPEED_STEPS), _RunningMedian(SPEED_STEPS))
+        """Observed/fitted of the recent steps (decode-only, with prefill)."""
         self._is_stale = False
         self._recent_decode = _RunningMedian(RECENT_DECODE_STEPS)
         self._num_samples = 0
@@ -139,23 +139,28 @@ class StepCostModel:
     @property
     def speed(self) -> tuple[float, float]:
         """The speed factors (decode-only, with prefill) on the fit's predictions."""
-        self._refit()
-        return self._speed
+        return (self._speed(0), self._speed(1))
 
     def reset(self) -> None:
         self._decode_only.clear()
         self._with_prefill.clear()
         self._joint = _NormalEquations(NUM_FEATURES)
         self._coef = None
-        self._speed = (1.0, 1.0)
+        self._speeds = (_RunningMedian(SPEED_STEPS), _RunningMedian(SPEED_STEPS))
         self._is_stale = False
         self._recent_decode = _RunningMedian(RECENT_DECODE_STEPS)
 
     def observe(self, shape: StepShape, seconds: float) -> None:
         """Add a completed step; the fit is solved when a prediction next needs it."""
         is_decode_only = not shape.num_prefill_tokens
+        kind = 0 if is_decode_only else 1
         window = self._decode_only if is_decode_only else self._with_prefill
-        sample = (shape.features(), seconds)
+        features = shape.features()
+        if self._coef is not None:  # the latest solve: observing never refits
+            fitted = _dot(self._coef, features)
+            if fitted > 0 and seconds > 0:
+                self._speeds[kind].add(seconds / fitted)
+        sample = (features, seconds / self._speed(kind))
         window.append(sample)
         self._joint.add(*sample, 1.0)
         if len(window) > self._window_steps:
@@ -164,6 +169,8 @@ class StepCostModel:
             self._recent_decode.add(seconds)
         self._num_samples += 1
         self._is_stale = True
+        if self._coef is None:
+            self._refit()  # the first solve, once enough steps came: the speeds need one
 
     def predict_s(self, shape: StepShape) -> float | None:
         self._refit()
@@ -180,7 +187,7 @@ class StepCostModel:
             return None
         attention = chunk_attention(computed_tokens, num_tokens)
         c = self._coef
-        return (c[4] * num_tokens / 1e3 + c[5] * attention / 1e6) * self._speed[1]
+        return (c[4] * num_tokens / 1e3 + c[5] * attention / 1e6) * self._speed(1)
 
     def recent_decode_only_s(self) -> float | None:
         """The median time of the last ``RECENT_DECODE_STEPS`` decode-only steps."""
@@ -192,33 +199,21 @@ class StepCostModel:
         if self._coef is None:
             return None
         fitted = _dot(self._coef, shape.features())
-        return fitted * self._speed[1 if shape.num_prefill_tokens else 0]
+        return fitted * self._speed(1 if shape.num_prefill_tokens else 0)
+
+    def _speed(self, kind: int) -> float:
+        recent = self._speeds[kind]
+        return recent.median() if recent.size else 1.0
 
     def _refit(self) -> None:
         if not self._is_stale:
             return
         self._is_stale = False
-        if not self.is_ready:
-            self._coef = None
-            return
-        coef = self._joint.solve()
-        self._coef = coef
-        self._speed = (_speed(coef, self._decode_only), _speed(coef, self._with_prefill))
+        self._coef = self._joint.solve() if self.is_ready else None
 
 
 def _dot(coef: Sequence[float], features: Sequence[float]) -> float:
     return sum(c * x for c, x in zip(coef, features, strict=True))
-
-
-def _speed(coef: Sequence[float], window: deque[tuple[tuple[float, ...], float]]) -> float:
-    """The median of observed/fitted over the window's last ``SPEED_STEPS`` steps."""
-    ratios = []
-    for index in range(max(len(window) - SPEED_STEPS, 0), len(window)):
-        features, seconds = window[index]
-        fitted = _dot(coef, features)
-        if fitted > 0:
-            ratios.append(seconds / fitted)
-    return statistics.median(ratios) if ratios else 1.0
 
 
 class _RunningMedian:

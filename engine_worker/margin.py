@@ -7,12 +7,15 @@ hurts: the tail), times a proportional correction that moves the share of
 steps ending past their deadline toward ``TARGET_OVERRUN_RATE``::
 
     m = quantile_q(observed / predicted over the last 128 mixed steps) * k
-    k <- clamp(k * (1 + gain * CORRECTION_STEP * (overrun - TARGET_OVERRUN_RATE)), 0.5, 2)
+    k <- clamp(k * (1 + gain * CORRECTION_STEP * (overrun - TARGET_OVERRUN_RATE)), 1, 2)
 
 with ``overrun`` 1 when the step ended after its deadline and 0 otherwise; at
 equilibrium ``(1 - r) * ln(1 - g*s*r*) + r * ln(1 + g*s*(1 - r*)) = 0`` gives
-an overrun rate ``r`` of about ``r*`` = 1%. Until ``MIN_MARGIN_SAMPLES`` steps
-were seen the quantile is ``STARTING_MARGIN``.
+an overrun rate ``r`` of about ``r*`` = 1%. The correction never goes below 1:
+the quantile alone already aims at ``1 - q`` overruns, and a plant the model
+predicts exactly gets none. It adds margin where overruns come in runs (a
+slowdown the model has not caught up with). Until ``MIN_MARGIN_SAMPLES``
+steps were seen the quantile is ``STARTING_MARGIN``.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ TARGET_OVERRUN_RATE = 0.01
 """Share of deadline-bound mixed steps the correction lets end past their deadline."""
 CORRECTION_STEP = 0.1
 """Share of the gain one overrun (or one step within its deadline) moves the correction by."""
-MIN_CORRECTION = 0.5
+MIN_CORRECTION = 1.0
 MAX_CORRECTION = 2.0
 
 

@@ -1,44 +1,22 @@
-"""The feed-forward cap on a toy plant whose step cost grows with context (fake clock).
+"""The feed-forward cap, planned to a target, on a toy plant whose step cost grows with
+context (``toy_plant``, fake clock).
 
-The plant has the shape measured on the CPU engine: a decode-only step of
-30 ms plus 2 ms a decode, about 1.4 ms a prefill token, plus attention that
-grows with the context a chunk attends to (a 128-token chunk went from 219 ms
-at the start of a long prompt to 311 ms near its end). Long prompts arrive
-one after another while the number of decoding streams wanders between 1 and
-16, as streams start and finish. No sleeping: the controller reads a fake clock.
+Long prompts arrive one after another while the number of decoding streams wanders
+between 1 and 16, as streams start and finish. No sleeping.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import pytest
 
 from engine_worker.controller import CapParams, PrefillCapController
 from engine_worker.cost_model import StepCostModel, StepShape, chunk_attention, plan_prefill
+from tests.toy_plant import ContextPlant
 
 TARGET_MS = 300.0
-
-
-@dataclass
-class ContextPlant:
-    """Busy time of a step, in seconds, from its composition (3% noise)."""
-
-    base_s: float = 0.030
-    decode_s: float = 0.0016
-    prefill_s_per_token: float = 0.0014
-    attention_s_per_token2: float = 2.5e-7
-    noise: float = 0.03
-
-    def busy_s(self, shape: StepShape, rng: random.Random) -> float:
-        exact = (
-            self.base_s
-            + self.decode_s * shape.num_decode_tokens
-            + self.prefill_s_per_token * shape.num_prefill_tokens
-            + self.attention_s_per_token2 * shape.attention_tokens2
-        )
-        return exact * (1 + rng.uniform(-self.noise, self.noise))
 
 
 def params(
