@@ -1,0 +1,125 @@
+"""The deadline plan in vLLM's real ``Scheduler``, built in-process (``scheduler_helpers``).
+
+The cost model is fitted beforehand on a made-up plant, 100 ms a step plus 10 ms
+a decode and 10 ms a prefill token, so the plan's arithmetic is known: with two
+decodes and the starting margin of 1.5, a step fits ``itl_slo / 1.5`` seconds.
+The fake model runner takes microseconds, which the few steps after the fit do
+not teach the model.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from engine_worker.cost_model import StepShape, chunk_attention
+from engine_worker.dlfp_config import ControllerMode, DLFPConfig
+from engine_worker.scheduler import DLFPScheduler, DLFPSchedulerMixin
+from tests.scheduler_helpers import build_scheduler, make_request, run_step, write_tiny_model
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_model(tmp_path_factory.mktemp("tiny-qwen3"))
+
+
+def plant_s(shape: StepShape) -> float:
+    return 0.1 + 0.01 * shape.num_decode_tokens + 0.01 * shape.num_prefill_tokens
+
+
+def decoding(
+    model_dir: Path, *, with_partial_prefill: bool = False, **settings: float
+) -> DLFPSchedulerMixin:
+    """Two streams decoding (and a 1,000-token prompt part-way), then the model fitted."""
+    config = DLFPConfig(controller=ControllerMode.DLFP_CT, **settings)  # type: ignore[arg-type]
+    scheduler = build_scheduler(model_dir, DLFPScheduler, config)
+    assert isinstance(scheduler, DLFPSchedulerMixin)
+    scheduler.add_request(make_request("d1", 10, max_tokens=100))
+    scheduler.add_request(make_request("d2", 10, max_tokens=100))
+    if with_partial_prefill:
+        scheduler.add_request(make_request("q", 1000, max_tokens=100))
+    run_step(scheduler)
+    run_step(scheduler)
+    scheduler.dlfp_reset(model=True)  # forget the microsecond steps of the fake runner
+    model = scheduler.dlfp_controller.cost_model
+    for index in range(60):
+        chunk, num_decode, context = 8 + 7 * index, 1 + index % 4, 50 * (index % 7)
+        mixed = StepShape(num_decode, context, chunk, chunk_attention(0, chunk))
+        for shape in (mixed, StepShape(num_decode, context)):
+            model.observe(shape, plant_s(shape))
+            model.predict_s(shape)  # as the planner does between steps
+    assert scheduler.dlfp_controller.state.cost_model_ready
+    return scheduler
+
+
+def prefill_tokens(scheduled: dict[str, int]) -> dict[str, int]:
+    return {r: n for r, n in scheduled.items() if r not in ("d1", "d2")}
+
+
+def test_nothing_fits_no_prefill_while_every_decode_keeps_its_token(model_dir: Path) -> None:
+    # 100 ms / 1.5 cannot hold even the two decodes' 120 ms.
+    scheduler = decoding(model_dir, with_partial_prefill=True, itl_slo_ms=100)
+    scheduler.add_request(make_request("p", 200))
+    before = scheduler.dlfp_controller.state.num_zero_prefill_steps
+    scheduled = run_step(scheduler).num_scheduled_tokens
+    assert scheduled == {"d1": 1, "d2": 1}
+    assert scheduler.dlfp_controller.state.num_zero_prefill_steps == before + 1
+    assert scheduler.dlfp_controller.state.cap_tokens == 0
+    # The held prefills are back in their queues, and are served once the plan fits.
+    assert [r.request_id for r in scheduler.running] == ["d1", "d2", "q"]
+    assert [r.request_id for r in scheduler.waiting] == ["p"]
+    scheduler.dlfp_apply_config(
+        scheduler.dlfp_config.model_copy(update={"itl_slo_ms": 2000.0}).model_dump()
+    )
+    assert prefill_tokens(run_step(scheduler).num_scheduled_tokens)
+
+
+def test_a_prefill_past_its_ttft_deadline_gets_min_cap_tokens(model_dir: Path) -> None:
+    scheduler = decoding(model_dir, with_partial_prefill=True, itl_slo_ms=100)
+    late = make_request("p", 200)
+    late.arrival_time = time.time() - 31.0  # ttft_slo_ms is 30 s
+    scheduler.add_request(late)
+    scheduled = run_step(scheduler).num_scheduled_tokens
+    # Served first (its slack is below its predicted prefill time), at the floor.
+    assert prefill_tokens(scheduled) == {"p": scheduler.dlfp_config.min_cap_tokens}
+    assert scheduled["d1"] == scheduled["d2"] == 1
+    assert scheduler.dlfp_controller.state.num_ttft_overdue_steps == 1
+
+
+@pytest.mark.parametrize("near_deadline", [True, False])
+def test_slack_escalation_serves_a_long_prompt_whose_ttft_deadline_is_near(
+    model_dir: Path, near_deadline: bool
+) -> None:
+    scheduler = decoding(model_dir, itl_slo_ms=500)
+    long = make_request("long", 2000)
+    if near_deadline:
+        # 10 s of slack left against about 20 s of predicted prefill.
+        long.arrival_time = time.time() - 20.0
+    scheduler.add_request(long)
+    scheduler.add_request(make_request("short", 50))
+    served = prefill_tokens(run_step(scheduler).num_scheduled_tokens)
+    # 0.5 s / 1.5 - 120 ms leaves room for 21 prefill tokens: the cap is 16.
+    assert served == ({"long": 16} if near_deadline else {"short": 16})
+
+
+def test_a_step_completing_a_short_prefill_carries_no_other_prefill(model_dir: Path) -> None:
+    # 2 s / 1.5 leaves room for about 113 prefill tokens: the short prompt's 20 and
+    # then 88 of the long one's, but the step ends with the completed prompt.
+    scheduler = decoding(model_dir, itl_slo_ms=2000)
+    scheduler.add_request(make_request("long", 2000))
+    scheduler.add_request(make_request("short", 20))
+    assert prefill_tokens(run_step(scheduler).num_scheduled_tokens) == {"short": 20}
+    assert prefill_tokens(run_step(scheduler).num_scheduled_tokens)["long"] > 20
+
+
+def test_target_plan_stretches_the_same_step(model_dir: Path) -> None:
+    scheduler = decoding(model_dir, itl_slo_ms=2000, target_ms=1300)
+    scheduler.dlfp_apply_config(
+        scheduler.dlfp_config.model_copy(update={"plan": "target"}).model_dump()
+    )
+    scheduler.add_request(make_request("long", 2000))
+    scheduler.add_request(make_request("short", 20))
+    served = prefill_tokens(run_step(scheduler).num_scheduled_tokens)
+    assert served["short"] == 20 and served["long"] > 0
