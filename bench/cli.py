@@ -4,7 +4,8 @@
 re-analyse the raw records; ``bench crosscheck`` runs vLLM's own benchmark client
 beside this one; ``bench vllm-server`` serves the baseline vLLM OpenAI server;
 ``bench abuse`` runs bounded abuse scenarios against a gateway on loopback;
-``bench episodes`` replays interference episodes, every arm on one gateway, paired.
+``bench episodes`` replays interference episodes, every arm on one gateway, paired;
+``bench overhead`` times the DLFP scheduler's own cost per step against vLLM's, in-process.
 ``--study FILE`` takes arms, rates and seeds from a study (``bench/studies/*.toml``).
 """
 
@@ -188,7 +189,7 @@ def compare_handler(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """``dlfp-gateway bench`` and its sub-commands."""
-    from bench import abuse, chunks, crosscheck, episodes, vllm_server
+    from bench import abuse, chunks, crosscheck, episodes, overhead, vllm_server
 
     bench = argparse.ArgumentParser(
         prog="dlfp-gateway bench",
@@ -201,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="bench_command",
         required=False,
         title="sub-commands (none: run trials)",
-        metavar="{compare,summary,plot,sweep,episodes,chunks,crosscheck,vllm-server,abuse}",
+        metavar="{compare,summary,plot,sweep,episodes,chunks,overhead,crosscheck,vllm-server,abuse}",
     )
     sweep = sub.add_parser(
         "sweep",
@@ -264,6 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     vllm_server.add_parser(sub)
     abuse.add_parser(sub)
     episodes.add_parser(sub)
+    overhead.add_parser(sub)
     return bench
 
 

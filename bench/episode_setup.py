@@ -28,6 +28,8 @@ from bench.stats import request_gaps
 from bench.tokens import TokenCounter
 from bench.workload import RequestSpec, make_prompt
 
+TARGET_PLAN = "dlfp-ct-target"
+"""The arm of ``dlfp-ct`` planning to a target instead of the streams' deadlines."""
 LEN_MARGIN = 64
 """Long prompts are capped at ``max_model_len`` minus this."""
 CAP_SHARE = 0.9
@@ -82,7 +84,11 @@ def arm_patch(name: str, itl_slo_ms: float | None) -> dict[str, Any]:
         return {"controller": "dlfp-ct"} | extra
     if name in ("off", "dlfp", "dlfp-ct"):
         return {"controller": name} | extra
-    raise ValueError(f"unknown arm {name!r}: off, fixed-<tokens>, dlfp, dlfp-ct or {SENTINEL}")
+    if name == TARGET_PLAN:
+        return {"controller": "dlfp-ct", "plan": "target"} | extra
+    raise ValueError(
+        f"unknown arm {name!r}: off, fixed-<tokens>, dlfp, dlfp-ct, {TARGET_PLAN} or {SENTINEL}"
+    )
 
 
 async def _prefill_probe(

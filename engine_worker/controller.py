@@ -293,12 +293,9 @@ class PrefillCapController:
         self._pending = None
         if shape is None:
             shape = StepShape(num_decode_tokens, 0, num_prefill_tokens, 0.0)
-        # NOTE: a decode-only step uses the latest solve: no refit for it (hot path).
-        predicted_s = (
-            self._model.predict_s(shape)
-            if shape.num_prefill_tokens
-            else self._model.predict_cached_s(shape)
-        )
+        # NOTE: the latest solve, no refit (hot path): a planned step's plan has just
+        # solved, and other steps' predictions are telemetry.
+        predicted_s = self._model.predict_cached_s(shape)
         base_s = self._base_s(now_s)
         deadline = pending.deadline
         record = StepRecord(

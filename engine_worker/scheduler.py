@@ -31,7 +31,7 @@ from vllm.v1.request import Request, RequestStatus
 from engine_worker import channel
 from engine_worker.controller import PrefillCapController
 from engine_worker.cost_model import StepShape, chunk_attention
-from engine_worker.dlfp_config import DLFPConfig, PrefillOrder
+from engine_worker.dlfp_config import ControllerMode, DLFPConfig, PrefillOrder
 from engine_worker.prefill_order import (
     MAX_HELD_STEPS,
     Candidate,
@@ -119,7 +119,9 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         decodes = [request for request in self.running if is_decoding(request)]
         plans_deadlines = self.dlfp_controller.params.plans_deadlines
         now_unix_s = time.time() if plans_deadlines else 0.0
-        candidates = self._prefill_candidates(now_unix_s) if decodes else []
+        # vLLM's own order under no cap: nothing to plan or select.
+        is_capping = decodes and self.dlfp_config.controller != ControllerMode.OFF
+        candidates = self._prefill_candidates(now_unix_s) if is_capping else []
         cap_tokens = self.dlfp_controller.on_schedule(
             len(decodes),
             candidates=[(c.computed_tokens, c.remaining_tokens) for c in candidates],
