@@ -273,11 +273,9 @@ class PrefillCapController:
         self._pending = _Pending(now_s, num_decoding, cap, is_planned, self._target_s, deadline)
         return cap
 
-    def predict_prefill_s(self, computed_tokens: int, num_tokens: int) -> float | None:
-        """The cost model's added time for a prefill of ``num_tokens`` (None before a fit)."""
-        if not self._is_planning:
-            return None
-        return self._model.prefill_s(computed_tokens, num_tokens)
+    def prefill_rates(self) -> tuple[float, float] | None:
+        """The cost model's prefill rates (``StepCostModel.prefill_rates``), or None."""
+        return self._model.prefill_rates() if self._is_planning else None
 
     def on_scheduled(
         self,

@@ -112,6 +112,8 @@ class StepCostModel:
         self._coef: tuple[float, ...] | None = None
         self._speeds = (_RunningMedian(SPEED_STEPS), _RunningMedian(SPEED_STEPS))
         """Observed/fitted of the recent steps (decode-only, with prefill)."""
+        self._speed_values = [1.0, 1.0]
+        """Their medians, kept as they change (read on every prediction)."""
         self._is_stale = False
         self._recent_decode = _RunningMedian(RECENT_DECODE_STEPS)
         self._num_samples = 0
@@ -147,6 +149,7 @@ class StepCostModel:
         self._joint = _NormalEquations(NUM_FEATURES)
         self._coef = None
         self._speeds = (_RunningMedian(SPEED_STEPS), _RunningMedian(SPEED_STEPS))
+        self._speed_values = [1.0, 1.0]
         self._is_stale = False
         self._recent_decode = _RunningMedian(RECENT_DECODE_STEPS)
 
@@ -160,6 +163,7 @@ class StepCostModel:
             fitted = _dot(self._coef, features)
             if fitted > 0 and seconds > 0:
                 self._speeds[kind].add(seconds / fitted)
+                self._speed_values[kind] = self._speeds[kind].median()
         sample = (features, seconds / self._speed(kind))
         window.append(sample)
         self._joint.add(*sample, 1.0)
@@ -180,14 +184,14 @@ class StepCostModel:
         """The prediction of the latest solve, without refitting (telemetry)."""
         return self._predict(shape)
 
-    def prefill_s(self, computed_tokens: int, num_tokens: int) -> float | None:
-        """The added time of prefilling ``num_tokens`` after ``computed_tokens`` in a step."""
+    def prefill_rates(self) -> tuple[float, float] | None:
+        """Seconds a prefill token adds to a step, and seconds per unit of its token-context
+        product: a prefill of ``R`` tokens after ``s`` adds ``a * R + b * R * (s + R / 2)``."""
         self._refit()
         if self._coef is None:
             return None
-        attention = chunk_attention(computed_tokens, num_tokens)
-        c = self._coef
-        return (c[4] * num_tokens / 1e3 + c[5] * attention / 1e6) * self._speed(1)
+        speed = self._speed(1)
+        return self._coef[4] / 1e3 * speed, self._coef[5] / 1e6 * speed
 
     def recent_decode_only_s(self) -> float | None:
         """The median time of the last ``RECENT_DECODE_STEPS`` decode-only steps."""
@@ -202,8 +206,7 @@ class StepCostModel:
         return fitted * self._speed(1 if shape.num_prefill_tokens else 0)
 
     def _speed(self, kind: int) -> float:
-        recent = self._speeds[kind]
-        return recent.median() if recent.size else 1.0
+        return self._speed_values[kind]
 
     def _refit(self) -> None:
         if not self._is_stale:

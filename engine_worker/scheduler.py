@@ -240,15 +240,18 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         Slack: arrival at the engine + ``ttft_slo_ms`` - now. The gateway's queue
         before the engine is admission's business.
         """
+        rates = self.dlfp_controller.prefill_rates()
+        if rates is None:
+            return set()
+        per_token_s, per_context_s = rates
         ttft_slo_s = self.dlfp_config.ttft_slo_ms / 1000.0
         urgent = set()
         for request in requests:
             slack_s = request.arrival_time + ttft_slo_s - now_unix_s
-            remaining = request.num_tokens - request.num_computed_tokens
-            needed_s = self.dlfp_controller.predict_prefill_s(
-                request.num_computed_tokens, remaining
-            )
-            if needed_s is not None and slack_s < needed_s:
+            computed = request.num_computed_tokens
+            remaining = request.num_tokens - computed
+            needed_s = remaining * (per_token_s + per_context_s * (computed + remaining / 2))
+            if slack_s < needed_s:
                 urgent.add(request.request_id)
         return urgent
 
