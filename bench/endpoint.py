@@ -125,7 +125,10 @@ async def get_settings(
 async def reset_controller(
     client: httpx.AsyncClient, base_url: str, admin_token: str | None
 ) -> dict[str, Any]:
-    """``POST /admin/dlfp/reset``: every arm's trial starts from the initial cap, unfitted."""
+    """``POST /admin/dlfp/reset``: every arm's trial starts from the initial cap, with the
+    cost model and the deadline plan's margin window kept as fitted so far (``model=true``
+    would empty them): each arm starts as a freshly started gateway does, after its
+    start-up fit (``startup_fit_s``)."""
     url = server_root(base_url) + "/admin/dlfp/reset"
     try:
         response = await client.post(url, headers=bearer(admin_token), timeout=60.0)

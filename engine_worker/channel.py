@@ -11,7 +11,7 @@ methods to ``EngineCore`` that delegate to ``engine_core.scheduler``:
 - ``dlfp_get_state() -> dict``
 - ``dlfp_apply_config(config: dict) -> dict`` (returns the new state)
 - ``dlfp_get_steps(since_step: int) -> list[dict]``
-- ``dlfp_reset() -> dict`` (returns the new state)
+- ``dlfp_reset(model: bool) -> dict`` (returns the new state)
 
 ``engine_worker.scheduler`` installs them on import, which vLLM does inside
 the engine-core process when it resolves ``scheduler_cls``.
@@ -52,7 +52,7 @@ class DLFPControls(Protocol):
     def dlfp_get_state(self) -> dict[str, Any]: ...
     def dlfp_apply_config(self, config: dict[str, Any]) -> dict[str, Any]: ...
     def dlfp_get_steps(self, since_step: int) -> list[dict[str, Any]]: ...
-    def dlfp_reset(self) -> dict[str, Any]: ...
+    def dlfp_reset(self, model: bool = False) -> dict[str, Any]: ...
 
 
 # --- engine-core side -------------------------------------------------------
@@ -83,8 +83,8 @@ def _engine_core_get_steps(self: Any, since_step: int) -> list[dict[str, Any]]:
     return _controls(self).dlfp_get_steps(int(since_step))
 
 
-def _engine_core_reset(self: Any) -> dict[str, Any]:
-    return _controls(self).dlfp_reset()
+def _engine_core_reset(self: Any, model: bool = False) -> dict[str, Any]:
+    return _controls(self).dlfp_reset(model=bool(model))
 
 
 def install_engine_core_utilities() -> None:
@@ -127,9 +127,10 @@ class DLFPChannel:
         """Completed steps with ``step_index >= since_step`` still in the ring buffer."""
         return _expect(list, await self._call(GET_STEPS, since_step))
 
-    async def reset(self) -> dict[str, Any]:
-        """Reset the controller (cap, cost model, guard); returns the new state."""
-        return _expect(dict, await self._call(RESET))
+    async def reset(self, model: bool = False) -> dict[str, Any]:
+        """Reset the controller (cap, guard); with ``model`` also the cost model and the
+        deadline plan's margin window. Returns the new state."""
+        return _expect(dict, await self._call(RESET, model))
 
     async def _call(self, method: str, *args: Any) -> Any:
         try:

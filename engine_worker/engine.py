@@ -81,6 +81,8 @@ class EngineSpec:
     """A Jinja file replacing the model's own chat template."""
     grammar_compile_timeout_s: float = 10.0
     """Longest a JSON schema or structural tag may take to compile (``check_grammar``)."""
+    startup_fit_s: float = 0.0
+    """Time budget of the cost model's fit at start (``engine_worker.startup_fit``); 0 = none."""
 
 
 def _engine_args(spec: EngineSpec) -> Any:
@@ -339,11 +341,20 @@ class VLLMEngine:
                 vocab_size=llm.model_config.get_vocab_size(),
                 any_whitespace=not structured.disable_any_whitespace,
             )
-        self._llm = llm
         if self.spec.use_dlfp_scheduler:
             from engine_worker.channel import DLFPChannel
 
-            self._channel = DLFPChannel(self._llm)
+            self._channel = DLFPChannel(llm)
+            if self.spec.startup_fit_s > 0:  # before is_ready: /ready stays 503 meanwhile
+                from engine_worker.startup_fit import run_startup_fit
+
+                await run_startup_fit(
+                    llm,
+                    self._channel,
+                    budget_s=self.spec.startup_fit_s,
+                    max_model_len=self.spec.max_model_len,
+                )
+        self._llm = llm
         logger.info("engine ready", extra={"event": "engine_ready", "model": self.info.model_name})
 
     def _build(self) -> Any:
@@ -608,6 +619,6 @@ class VLLMEngine:
         steps: list[dict[str, Any]] = await self._dlfp().get_steps(since_step)
         return steps
 
-    async def reset_dlfp(self) -> dict[str, Any]:
-        state: dict[str, Any] = await self._dlfp().reset()
+    async def reset_dlfp(self, *, model: bool = False) -> dict[str, Any]:
+        state: dict[str, Any] = await self._dlfp().reset(model)
         return state

@@ -53,5 +53,6 @@ def build_engine(
         reasoning_parser=settings.reasoning_parser,
         chat_template=settings.chat_template,
         grammar_compile_timeout_s=settings.grammar_compile_timeout_s,
+        startup_fit_s=settings.startup_fit_s,
     )
     return VLLMEngine(spec)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
+from engine_worker.dlfp_config import Plan
+
 # Dense around the CPU and GPU ITL targets: every 10 ms from 10 to 200 ms.
 DEFAULT_ITL_BUCKETS_S: tuple[float, ...] = (
     0.005,
@@ -69,6 +71,11 @@ REQUEST_BUCKETS_S: tuple[float, ...] = (
 
 OUTCOMES = ("ok", "client_error", "shed", "aborted", "client_stalled", "server_error")
 REJECTION_REASONS = ("concurrency", "queue_full", "queue_timeout", "slo", "draining")
+CONTROLLER_PLANS: tuple[str, ...] = (*(str(plan) for plan in Plan), "none")
+"""``plan`` label values of ``dlfp_controller_plan``; ``none``: mixed steps are not planned
+from the cost model."""
+NO_CAP_TOKENS = -1.0
+"""``dlfp_controller_cap_tokens`` with no cap in force (0 is a step that carried no prefill)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,12 @@ class GatewayMetrics:
     controller_cap: Gauge
     controller_observation: Gauge
     controller_target: Gauge
+    controller_plan: Gauge
+    controller_margin: Gauge
+    controller_zero_prefill_steps: Counter
+    controller_ttft_overdue_steps: Counter
+    controller_deadline_steps: Counter
+    controller_deadline_misses: Counter
 
     def exposition(self, include_engine: bool = True) -> bytes:
         """Prometheus text: our metrics, then vLLM's (from the default registry)."""
@@ -112,6 +125,22 @@ def build_metrics(
     )
     for reason in REJECTION_REASONS:
         rejections.labels(reason=reason)
+    cap = Gauge(
+        "dlfp_controller_cap_tokens",
+        "Prefill cap of the DLFP controller's latest capped step while requests decode "
+        "(-1 = no cap, 0 = a step that carried no prefill because none fitted).",
+        registry=r,
+    )
+    cap.set(NO_CAP_TOKENS)  # until the first poll of the engine says otherwise
+    plan = Gauge(
+        "dlfp_controller_plan",
+        "1 for the plan mixed steps are sized to (deadline, target, or none when they are "
+        "not planned from the cost model), 0 for the others.",
+        ["plan"],
+        registry=r,
+    )
+    for name in CONTROLLER_PLANS:
+        plan.labels(plan=name)
     return GatewayMetrics(
         registry=r,
         ttft=Histogram(
@@ -162,11 +191,7 @@ def build_metrics(
             "above dlfp_active_requests for long, it counts leaked requests.",
             registry=r,
         ),
-        controller_cap=Gauge(
-            "dlfp_controller_cap_tokens",
-            "Prefill cap the DLFP controller applies while requests decode (0 = no cap).",
-            registry=r,
-        ),
+        controller_cap=cap,
         controller_observation=Gauge(
             "dlfp_controller_observation_seconds",
             "The controller's latest observation of a mixed iteration's duration.",
@@ -175,6 +200,32 @@ def build_metrics(
         controller_target=Gauge(
             "dlfp_controller_target_seconds",
             "The controller's target duration for a mixed iteration.",
+            registry=r,
+        ),
+        controller_plan=plan,
+        controller_margin=Gauge(
+            "dlfp_controller_margin",
+            "Deadline plan: the factor on each predicted step time (0 under no deadline plan).",
+            registry=r,
+        ),
+        controller_zero_prefill_steps=Counter(
+            "dlfp_controller_zero_prefill_steps",
+            "Steps with decodes and waiting prefill that carried no prefill: nothing fitted.",
+            registry=r,
+        ),
+        controller_ttft_overdue_steps=Counter(
+            "dlfp_controller_ttft_overdue_steps",
+            "Steps where nothing fitted but a prefill past its TTFT deadline got min_cap_tokens.",
+            registry=r,
+        ),
+        controller_deadline_steps=Counter(
+            "dlfp_controller_deadline_steps",
+            "Completed steps planned to a stream's deadline.",
+            registry=r,
+        ),
+        controller_deadline_misses=Counter(
+            "dlfp_controller_deadline_misses",
+            "Completed steps planned to a stream's deadline that ended after it.",
             registry=r,
         ),
     )

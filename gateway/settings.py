@@ -163,6 +163,11 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
     chat_template: FilePath | None = None
     """A Jinja file replacing the served model's chat template (e.g. one that renders tools)."""
 
+    startup_fit_s: float = Field(default=20.0, ge=0, le=600)
+    """Time budget at start for fitting the DLFP cost model on real short requests through
+    the engine, before /ready turns 200 (logged as cost_model_fit); 0 = no fit, the model
+    then learns from the first client steps."""
+
     # --- engine health ---
     engine_stall_s: float = Field(default=300.0, ge=1)
     """With requests in the engine and no engine output for this long, the engine counts

@@ -1,10 +1,19 @@
-"""Background loop: copy the controller's live state from the engine core into gauges."""
+"""Copy the controller's live state from the engine core into the gateway's metrics.
+
+``ControllerMirror.apply`` maps one state dict (``ControllerState.to_dict()``) onto the
+metrics and needs no engine; ``poll_controller`` is the background loop that feeds it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
+from typing import Any
 
+from prometheus_client import Counter
+
+from gateway.metrics import CONTROLLER_PLANS, NO_CAP_TOKENS, GatewayMetrics
 from gateway.state import GatewayState
 
 logger = logging.getLogger("dlfp.telemetry")
@@ -14,8 +23,62 @@ def _seconds(ms: object) -> float:
     return float(ms) / 1000 if isinstance(ms, int | float) else 0.0
 
 
+def cap_gauge_value(cap_tokens: object) -> float:
+    """-1 with no cap (mode ``off``, or nothing capped yet), 0 for a step that carried no
+    prefill because none fitted, else the cap in tokens."""
+    return float(cap_tokens) if isinstance(cap_tokens, int | float) else NO_CAP_TOKENS
+
+
+def counter_increment(last: int | None, now: int) -> int:
+    """What a counter mirroring an engine count adds at a poll: the growth since the last
+    poll; the whole count on the first poll, and when the count went down (the engine or
+    its controller started again from 0), as Prometheus reads a counter reset."""
+    return now if last is None or now < last else now - last
+
+
+def plan_gauge_values(plan: object) -> dict[str, float]:
+    """``dlfp_controller_plan`` by label: 1 for the plan in force, 0 for the others."""
+    in_force = "none" if plan is None else str(plan)
+    return {name: float(name == in_force) for name in CONTROLLER_PLANS}
+
+
+class ControllerMirror:
+    """The metrics side of the controller's state, one poll at a time.
+
+    Gauges are set; the step counts feed Counters, which only go up, by
+    ``counter_increment`` against the count seen at the previous poll.
+    """
+
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self._metrics = metrics
+        self._counters: dict[str, Counter] = {
+            "num_zero_prefill_steps": metrics.controller_zero_prefill_steps,
+            "num_ttft_overdue_steps": metrics.controller_ttft_overdue_steps,
+            "num_deadline_steps": metrics.controller_deadline_steps,
+            "num_deadline_misses": metrics.controller_deadline_misses,
+        }
+        self._last_counts: dict[str, int] = {}
+
+    def apply(self, live: Mapping[str, Any]) -> None:
+        m = self._metrics
+        m.controller_cap.set(cap_gauge_value(live.get("cap_tokens")))
+        m.controller_observation.set(_seconds(live.get("last_observation_ms")))
+        m.controller_target.set(_seconds(live.get("target_ms")))
+        margin = live.get("margin")
+        m.controller_margin.set(float(margin) if isinstance(margin, int | float) else 0.0)
+        for name, value in plan_gauge_values(live.get("plan")).items():
+            m.controller_plan.labels(plan=name).set(value)
+        for key, counter in self._counters.items():
+            now = live.get(key)
+            if not isinstance(now, int):
+                continue  # an engine that does not report it: keep the count where it is
+            counter.inc(counter_increment(self._last_counts.get(key), now))
+            self._last_counts[key] = now
+
+
 async def poll_controller(state: GatewayState, interval_s: float = 0.5) -> None:
     """Runs until cancelled; a failed poll is logged once and retried."""
+    mirror = ControllerMirror(state.metrics)
     failing = False
     while True:
         await asyncio.sleep(interval_s)
@@ -31,7 +94,4 @@ async def poll_controller(state: GatewayState, interval_s: float = 0.5) -> None:
             failing = True
             continue
         failing = False
-        m = state.metrics
-        m.controller_cap.set(float(live.get("cap_tokens") or 0))
-        m.controller_observation.set(_seconds(live.get("last_observation_ms")))
-        m.controller_target.set(_seconds(live.get("target_ms")))
+        mirror.apply(live)

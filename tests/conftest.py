@@ -78,6 +78,9 @@ def start_server(
         "DLFP_PORT": str(port),
         "HF_HUB_OFFLINE": "1",
         "PYTHONUNBUFFERED": "1",
+        # No cost-model fit at start unless a test asks for one: it would add its budget
+        # to every start.
+        "DLFP_STARTUP_FIT_S": "0",
         **env_overrides,
     }
     log_path = ARTIFACTS / f"{name}.log"
@@ -146,6 +149,8 @@ def gateway_server(tiny_model_dir: Path) -> Iterator[Server]:
             "DLFP_LOG_LEVEL": "info",
             # Repeated prompts must be prefilled again, or agreement tests compare no capping.
             "DLFP_ENGINE_ARGS": '{"enable_prefix_caching": "false"}',
+            # A short fit: the tiny model's steps take milliseconds.
+            "DLFP_STARTUP_FIT_S": "3",
         },
     )
     yield server

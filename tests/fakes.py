@@ -62,6 +62,8 @@ class FakeEngine:
         self.last_reset_model = False
         self.dlfp_failure: Exception | None = None
         self.dlfp_delay_s = 0.0
+        self.dlfp_state_overrides: dict[str, Any] = {}
+        """Keys of ``get_dlfp_state``'s answer a test sets (the controller's state fields)."""
         self.output = ChatOutput()
         """What ``chat_output`` returns; a test may set a parser here."""
         self.output_requests: list[dict[str, Any]] = []
@@ -191,7 +193,21 @@ class FakeEngine:
             raise self.dlfp_failure
         config = self.dlfp_config
         target_ms = 0.6 * config.itl_slo_ms if config.target_ms == "auto" else config.target_ms
-        return {"cap_tokens": config.initial_cap_tokens, "num_updates": 0, "target_ms": target_ms}
+        is_planned = config.controller == "dlfp-ct" and config.feedforward
+        plan = str(config.plan) if is_planned else None
+        return {
+            "cap_tokens": config.initial_cap_tokens,
+            "num_updates": 0,
+            "target_ms": target_ms,
+            "plan": plan,
+            "margin": 1.5 if plan == "deadline" else None,
+            "margin_correction": 1.0,
+            "margin_samples": 0,
+            "num_zero_prefill_steps": 0,
+            "num_ttft_overdue_steps": 0,
+            "num_deadline_steps": 0,
+            "num_deadline_misses": 0,
+        } | self.dlfp_state_overrides
 
     async def apply_dlfp_config(self, config: DLFPConfig) -> dict[str, Any]:
         await asyncio.sleep(self.dlfp_delay_s)

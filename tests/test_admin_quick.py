@@ -107,3 +107,16 @@ async def test_admin_values_must_be_finite_and_above_their_floors() -> None:
         assert after == before and engine.dlfp_config.model_dump(mode="json") == before
         r = await client.put("/admin/dlfp", json=after, headers=AUTH)  # GET's view round-trips
         assert r.status_code == 200
+
+
+async def test_reset_keeps_the_model_unless_model_true() -> None:
+    async with fake_client(admin_token="s3cret") as (client, _app, engine):
+        r = await client.post("/admin/dlfp/reset", headers=AUTH)
+        assert r.status_code == 200 and engine.num_dlfp_resets == 1
+        assert engine.last_reset_model is False
+        r = await client.post("/admin/dlfp/reset", params={"model": "true"}, headers=AUTH)
+        assert r.status_code == 200 and engine.last_reset_model is True
+        assert r.json()["state"]["plan"] == "deadline"
+        r = await client.post("/admin/dlfp/reset", params={"model": "maybe"}, headers=AUTH)
+        assert r.status_code == 422 and "error" in r.json()
+        assert engine.num_dlfp_resets == 2

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -76,7 +77,7 @@ def test_patch_target_moves_the_cap(gateway_server: Server, restore_dlfp: dict[s
     r = admin(
         gateway_server,
         "PATCH",
-        json={"controller": "dlfp-ct", "target_ms": 1, "initial_cap_tokens": 256},
+        json={"controller": "dlfp-ct", "plan": "target", "target_ms": 1, "initial_cap_tokens": 256},
     )
     assert r.status_code == 200 and r.json()["state"]["controller"] == "dlfp-ct"
     updates = state(gateway_server)["num_updates"]
@@ -107,10 +108,15 @@ def test_concurrent_patches_leave_consistent_state(
     assert final["settings"]["gain"] in {round(0.1 * (i + 1), 1) for i in range(6)}
 
 
-def test_reset_restarts_cap_and_cost_model(
+def test_reset_keeps_the_fitted_model_unless_asked(
     gateway_server: Server, restore_dlfp: dict[str, Any]
 ) -> None:
-    patch = {"controller": "dlfp-ct", "target_ms": 60_000, "initial_cap_tokens": 256}
+    patch = {
+        "controller": "dlfp-ct",
+        "plan": "target",
+        "target_ms": 60_000,
+        "initial_cap_tokens": 256,
+    }
     assert admin(gateway_server, "PATCH", json=patch).status_code == 200
     mixed_load(gateway_server, tag=3)
     learned = state(gateway_server)
@@ -119,12 +125,33 @@ def test_reset_restarts_cap_and_cost_model(
     reset = admin(gateway_server, "POST", path="/admin/dlfp/reset")
     assert reset.status_code == 200, reset.text
     after = reset.json()["state"]
-    # dlfp-ct with its cost model starts again from the floor until the model fits.
+    # Back to the starting cap; the fit describes the machine and stays.
     assert after["cap_tokens"] == restore_dlfp["min_cap_tokens"]
-    assert after["cost_model_ready"] is False
+    assert after["cost_model_ready"] is True
+    assert after["cost_coefficients"] == learned["cost_coefficients"]
     # Counters keep counting; settings are untouched.
     assert after["num_steps"] >= learned["num_steps"]
     assert reset.json()["settings"]["target_ms"] == 60_000
+    emptied = admin(gateway_server, "POST", path="/admin/dlfp/reset", params={"model": "true"})
+    assert emptied.status_code == 200, emptied.text
+    assert emptied.json()["state"]["cost_model_ready"] is False
+    assert emptied.json()["state"]["margin_samples"] == 0
+    # The next mixed steps fit it again.
+    mixed_load(gateway_server, tag=4)
+    assert state(gateway_server)["cost_model_ready"] is True
+
+
+def test_startup_fit_ran_before_ready(gateway_server: Server) -> None:
+    """The session gateway fits its cost model at start (DLFP_STARTUP_FIT_S=3)."""
+    events = [json.loads(line) for line in gateway_server.log().splitlines() if line[:1] == "{"]
+    names = [e.get("event") for e in events]
+    assert "cost_model_fit" in names and "engine_ready" in names
+    assert names.index("cost_model_fit") < names.index("engine_ready")
+    fit = events[names.index("cost_model_fit")]
+    assert fit["ready"] is True, fit
+    assert fit["mixed_steps"] > 0 and fit["prompts"] > 0, fit
+    assert len(fit["coefficients"]) == 6, fit
+    assert 0 < fit["seconds"] < 3 + 30, fit  # the budget, plus the prompt it cut short
 
 
 def test_invalid_put_changes_nothing(gateway_server: Server, restore_dlfp: dict[str, Any]) -> None:
@@ -144,10 +171,22 @@ def test_outputs_identical_with_controller_off_and_on(
     modes = {
         "off": {"controller": "off"},
         "fixed": {"controller": "fixed", "fixed_cap_tokens": 32},
-        "dlfp-ct": {"controller": "dlfp-ct", "target_ms": 1},
-        # The defaults: SRPF order and the feed-forward cap, at a target it can plan for.
-        "dlfp-ct-ff": {"controller": "dlfp-ct", "target_ms": 20, "feedforward": True},
-        "dlfp-ct-fcfs": {"controller": "dlfp-ct", "target_ms": 20, "prefill_order": "fcfs"},
+        "dlfp-ct": {"controller": "dlfp-ct", "plan": "target", "target_ms": 1},
+        # SRPF order and the feed-forward cap, at a target it can plan for.
+        "dlfp-ct-ff": {
+            "controller": "dlfp-ct",
+            "plan": "target",
+            "target_ms": 20,
+            "feedforward": True,
+        },
+        "dlfp-ct-fcfs": {
+            "controller": "dlfp-ct",
+            "plan": "target",
+            "target_ms": 20,
+            "prefill_order": "fcfs",
+        },
+        # The default: the deadline plan, to the streams' ITL deadlines.
+        "dlfp-ct-deadline": {"controller": "dlfp-ct", "plan": "deadline", "feedforward": True},
         "dlfp": {"controller": "dlfp", "target_ms": 1},
     }
     for name, patch in modes.items():
@@ -158,7 +197,7 @@ def test_outputs_identical_with_controller_off_and_on(
         # cap by construction (fixed 32, a 1 ms target at the floor) chunks every long
         # prompt many times; a 20 ms plan may take a prompt in a few steps on a fast CPU
         # (6 on an AMX Xeon in float32), so there at least one mixed step is asked for.
-        planned = patch.get("target_ms") == 20
+        planned = patch.get("target_ms") == 20 or patch.get("plan") == "deadline"
         if name != "off":
             num_mixed = state(gateway_server)["num_mixed_steps"] - mixed_before
             assert num_mixed > (0 if planned else 10), (name, num_mixed)

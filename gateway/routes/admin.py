@@ -39,6 +39,15 @@ STATE_KEYS = (
     "cost_model_ready",
     "allowance",
     "cost_coefficients",
+    # The deadline plan (None under any other plan or mode).
+    "plan",
+    "margin",
+    "margin_correction",
+    "margin_samples",
+    "num_zero_prefill_steps",
+    "num_ttft_overdue_steps",
+    "num_deadline_steps",
+    "num_deadline_misses",
     # How the engine schedules: > 1 batch in flight means the scheduler runs ahead.
     "batch_queue_size",
     "async_scheduling",
@@ -172,18 +181,35 @@ async def patch_dlfp(
 
 
 @router.post("/dlfp/reset", responses=_ERRORS)
-async def reset_dlfp(gateway: GatewayDep, who: AdminDep, request: Request) -> dict[str, Any]:
-    """Reset the controller: cap back to initial_cap_tokens, cost model and guard emptied.
+async def reset_dlfp(
+    gateway: GatewayDep,
+    who: AdminDep,
+    request: Request,
+    model: Annotated[
+        bool,
+        Query(
+            description="Also empty the fitted cost model and the deadline plan's margin window."
+        ),
+    ] = False,
+) -> dict[str, Any]:
+    """Reset the controller: cap back to initial_cap_tokens and the guard emptied.
 
-    Settings stay as they are and counters keep counting.
+    The fitted cost model and the margin window stay unless ``model=true``. Settings stay as
+    they are and counters keep counting.
     """
     gateway.check_engine()
     async with gateway.dlfp_lock:
-        state = await _engine_call(gateway, gateway.engine.reset_dlfp())
+        state = await _engine_call(gateway, gateway.engine.reset_dlfp(model=model))
     gateway.metrics.admin_changes.inc()
     logger.info(
         "dlfp controller reset",
-        extra={"event": "admin_reset", "section": "dlfp", "who": who, "method": request.method},
+        extra={
+            "event": "admin_reset",
+            "section": "dlfp",
+            "who": who,
+            "method": request.method,
+            "model": model,
+        },
     )
     return await _snapshot(gateway, state)
 

@@ -152,7 +152,12 @@
       itl99: ms(quantile(0.99, itlWindow)),
       ttft50: quantile(0.5, ttftWindow),
       ttft99: quantile(0.99, ttftWindow),
-      cap: scalar(metrics, "dlfp_controller_cap_tokens"),
+      // -1: no cap in force (a gap in the line); 0: a step that carried no prefill.
+      cap: capOrNull(scalar(metrics, "dlfp_controller_cap_tokens")),
+      margin: scalar(metrics, "dlfp_controller_margin"),
+      deadlineSteps: scalar(metrics, "dlfp_controller_deadline_steps_total"),
+      deadlineMisses: scalar(metrics, "dlfp_controller_deadline_misses_total"),
+      zeroPrefillSteps: scalar(metrics, "dlfp_controller_zero_prefill_steps_total"),
       // 0 means the controller has observed no mixed iteration yet.
       observation: observation ? ms(observation) : null,
       target: target ? ms(target) : null,
@@ -177,6 +182,10 @@
 
   function ms(seconds) {
     return seconds === null || seconds === undefined ? null : seconds * 1000;
+  }
+
+  function capOrNull(v) {
+    return v === null || v === undefined || v < 0 ? null : v;
   }
 
   function fmt(v) {
@@ -370,7 +379,11 @@
     byId("tile-tokens").textContent = fmt(snap.tokens);
     byId("tile-tokens-rate").textContent = `${fmt(view.tokensPerS)} tokens/s over ${WINDOW_S} s`;
     byId("tile-load").textContent = `${fmt(last.active)} / ${fmt(last.queued)}`;
-    byId("tile-cap").textContent = fmt(last.cap);
+    byId("tile-cap").textContent = last.cap === null ? "none" : fmt(last.cap);
+    byId("tile-deadline").textContent = last.margin ? `×${fmt(last.margin)}` : "off";
+    byId("tile-deadline-detail").textContent =
+      `${fmt(last.deadlineMisses)} late / ${fmt(last.deadlineSteps)} planned to a deadline · ` +
+      `${fmt(last.zeroPrefillSteps)} with no prefill`;
     byId("tile-iteration").textContent = `${fmt(last.observation)} / ${fmt(last.target)}`;
   }
 
