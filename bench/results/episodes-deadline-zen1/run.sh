@@ -5,9 +5,9 @@
 # streams; for off, five static caps, dlfp-ct, dlfp-ct planning to a target
 # (dlfp-ct-target) and the sentinel, 6 episodes each. Then the scheduler's per-step
 # overhead (bench overhead). Run from the repository root, with nothing else running:
-# bench/results/episodes-deadline-xeon-amx/run.sh. Resumes where it stopped.
+# bench/results/episodes-deadline-zen1/run.sh. Resumes where it stopped.
 set -euo pipefail
-OUT=bench/results/episodes-deadline-xeon-amx
+OUT=bench/results/episodes-deadline-zen1
 PY=${PY:-.venv/bin/python}
 PORT=${PORT:-8000}
 TOKEN=bench-admin
