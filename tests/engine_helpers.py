@@ -79,6 +79,14 @@ def admin(server: Server, method: str, path: str = "/admin/dlfp", **kwargs: Any)
         return client.request(method, path, headers=ADMIN, **kwargs)
 
 
+def steps_since(server: Server, since: int) -> list[dict[str, Any]]:
+    """``/admin/dlfp/steps`` from step ``since`` on, oldest first."""
+    r = admin(server, "GET", path="/admin/dlfp/steps", params={"since": since})
+    assert r.status_code == 200, r.text
+    steps: list[dict[str, Any]] = r.json()["steps"]
+    return sorted(steps, key=lambda s: int(s["step_index"]))
+
+
 def metrics(server: Server) -> dict[str, float]:
     """Every sample of /metrics as ``name{labels}`` -> value."""
     text = httpx.get(server.base_url + "/metrics", timeout=30).text

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from tests.conftest import ADMIN_TOKEN, TINY_MODEL_NAME, Server, start_server, stop_server
-from tests.engine_helpers import admin, chat_body, long_prompt
+from tests.engine_helpers import admin, chat_body, long_prompt, steps_since
 from tests.http_helpers import sse_json
 
 pytestmark = pytest.mark.engine
@@ -95,13 +95,6 @@ def mixed_load(server: Server, tag: int) -> dict[str, dict[str, Any]]:
 def state(server: Server) -> dict[str, Any]:
     body: dict[str, Any] = admin(server, "GET").json()["state"]
     return body
-
-
-def steps_since(server: Server, since: int) -> list[dict[str, Any]]:
-    r = admin(server, "GET", path="/admin/dlfp/steps", params={"since": since})
-    assert r.status_code == 200, r.text
-    steps: list[dict[str, Any]] = r.json()["steps"]
-    return sorted(steps, key=lambda s: int(s["step_index"]))
 
 
 def run_mode(server: Server, patch: dict[str, Any], tag: int) -> dict[str, Any]:

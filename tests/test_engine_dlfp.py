@@ -1,11 +1,13 @@
 """DLFP on the real engine (CPU, tiny float32 model): runtime tuning through
-/admin/dlfp and token-for-token agreement between controller modes."""
+/admin/dlfp, the plan switched at runtime, and token-for-token agreement between
+controller modes."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +15,7 @@ import httpx
 import pytest
 
 from tests.conftest import Server
-from tests.engine_helpers import admin, long_prompt, stream_chat
+from tests.engine_helpers import admin, long_prompt, metrics, steps_since, stream_chat
 
 pytestmark = pytest.mark.engine
 
@@ -204,3 +206,42 @@ def test_outputs_identical_with_controller_off_and_on(
     for name in outputs:
         differing = [p[:40] for p in outputs["off"] if outputs["off"][p] != outputs[name][p]]
         assert differing == [], (name, differing)
+
+
+def planned_steps(server: Server, since_step: int) -> list[dict[str, Any]]:
+    return [
+        s for s in steps_since(server, since_step) if s["is_planned"] and s["num_prefill_tokens"]
+    ]
+
+
+def test_plan_switches_at_runtime(gateway_server: Server, restore_dlfp: dict[str, Any]) -> None:
+    patch = {"controller": "dlfp-ct", "feedforward": True, "plan": "target"}
+    response = admin(gateway_server, "PATCH", json=patch)
+    assert response.status_code == 200, response.text
+    assert response.json()["state"]["plan"] == "target"
+    assert response.json()["state"]["margin"] is None
+    start = response.json()["state"]["num_steps"]
+    mixed_load(gateway_server, tag=41)
+    target_steps = planned_steps(gateway_server, start)
+    assert target_steps and all(s["margin"] is None for s in target_steps)
+
+    response = admin(gateway_server, "PATCH", json={"plan": "deadline"})
+    assert response.status_code == 200, response.text
+    state = response.json()["state"]
+    assert state["plan"] == "deadline" and state["margin"] >= 1.0
+    start = state["num_steps"]
+    mixed_load(gateway_server, tag=42)
+    deadline_steps = planned_steps(gateway_server, start)
+    assert deadline_steps and all(s["margin"] is not None for s in deadline_steps)
+    assert all(s["deadline_slack_ms"] is not None for s in deadline_steps)
+    after = admin(gateway_server, "GET").json()["state"]
+    assert after["num_deadline_steps"] > state["num_deadline_steps"]
+    # The gateway copies the engine's counts into its counters (twice a second).
+    exported = 0.0
+    for _ in range(20):
+        exported = metrics(gateway_server).get("dlfp_controller_deadline_steps_total", 0.0)
+        if exported >= after["num_deadline_steps"]:
+            break
+        time.sleep(0.5)
+    assert exported >= after["num_deadline_steps"]
+    assert metrics(gateway_server)['dlfp_controller_plan{plan="deadline"}'] == 1.0
