@@ -25,5 +25,8 @@ until curl -sf "$URL/ready" > /dev/null; do kill -0 "$PID"; sleep 1; done
     --conditions --arms "$ARMS" --results "$OUT" 2>&1 | tee -a "$OUT/logs/episodes-progress.log"
 kill -TERM $PID; wait $PID || true
 trap - EXIT
-"$PY" -m gateway bench overhead --out "$OUT/overhead" --lone-decode-ms "${LONE_DECODE_MS:-42}" \
+# The lone decode step the episodes measured on this machine (conditions.json).
+LONE_DECODE_MS=${LONE_DECODE_MS:-$("$PY" -c 'import json, sys
+print(round(json.load(open(sys.argv[1]))["lone_decode_step_ms"]))' "$OUT/conditions.json")}
+"$PY" -m gateway bench overhead --out "$OUT/overhead" --lone-decode-ms "$LONE_DECODE_MS" \
     --csv 2>&1 | tee -a "$OUT/logs/overhead-progress.log"
