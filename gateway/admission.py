@@ -19,7 +19,8 @@ request is refused for the SLO on arrival, and a queued one as soon as its time 
 plus the prediction exceeds the objective (checked every ``SLO_RECHECK_S``);
 ``max_queue_wait_s`` stays the backstop. A request with nothing ahead of it is never
 refused for the SLO: refusing it would help no one, and a refused prompt never adds
-the sample that would correct the estimate.
+the sample that would correct the estimate. For the same reason, once the estimate's
+samples have faded (no first token for about a minute), only the slot wait counts.
 
 An ``n``-choice request takes ``n`` slots (at most ``max_concurrent``): it streams
 ``n`` sequences, and the engine's work is theirs.
@@ -144,7 +145,7 @@ class Admission:
         self._seq = itertools.count()
         self._pending_prefill = 0
         self._num_reserved = 0
-        self.ttft_estimate = TTFTEstimate()
+        self.ttft_estimate = TTFTEstimate(clock=clock)
         self.service_rate = ServiceRate()
         self.draining = False
 
@@ -202,11 +203,15 @@ class Admission:
     def predicted_ttft_s(
         self, prefill_tokens: int, priority: int, num_slots: int = 1, waiter: _Waiter | None = None
     ) -> float | None:
-        """The slot wait plus admission to first token; None until enough is measured."""
-        if self.ttft_estimate.num_samples < self.limits.min_slo_samples:
+        """The slot wait plus admission to first token; None until enough is measured.
+        Once the samples have faded (``TTFTEstimate.is_fresh``), the slot wait alone."""
+        estimate = self.ttft_estimate
+        if estimate.num_samples < self.limits.min_slo_samples:
             return None
         ahead = self._ahead(priority, waiter)
         wait_s = self._slot_wait_s(num_slots, ahead) if self.limits.slo_queue_check else 0.0
+        if not estimate.is_fresh:
+            return wait_s
         fixed_s, per_token_s = self.ttft_estimate.line()
         prefill_ahead_s = per_token_s * self._tokens_ahead(priority, waiter)
         # NOTE: the prompts ahead are prefilled while this one waits for its slot, so its

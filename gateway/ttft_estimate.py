@@ -13,11 +13,25 @@ many times too slow.
 The slope is shrunk toward zero (ridge) by ``spread_tokens``: samples of nearly one
 size say nothing about the time per token, and the estimate then calls their time
 fixed, refusing nothing for its length alone until longer prompts are measured.
+
+The samples also fade with age, at a half-life of ``half_life_s``, and the estimate is
+``is_fresh`` only while their weight adds up to at least ``FRESH_WEIGHT`` samples. A
+refused request adds no sample, so an estimate learnt in a slow spell (prefills held by
+the scheduler behind tight ITL deadlines took 40 to 60 s to a first token) would otherwise
+refuse every contended request long after the engine got fast again. Admission counts a
+faded estimate as no prefill time at all (only the wait for a slot remains), the next
+requests are admitted, and their samples outweigh the old ones.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections import deque
+from collections.abc import Callable
+
+FRESH_WEIGHT = 1.0
+"""Sample weight (recent samples count about 1 each) an estimate needs to refuse."""
 
 
 class ServiceRate:
@@ -54,16 +68,37 @@ class ServiceRate:
 
 
 class TTFTEstimate:
-    def __init__(self, alpha: float = 0.1, spread_tokens: float = 64.0) -> None:
+    def __init__(
+        self,
+        alpha: float = 0.1,
+        spread_tokens: float = 64.0,
+        half_life_s: float = 20.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.alpha = alpha
         self.spread_tokens = spread_tokens
+        self.half_life_s = half_life_s
         self.num_samples = 0
+        self._clock = clock
         self._w = self._x = self._y = self._xx = self._xy = 0.0
+        self._updated_s = clock()
+
+    def _fade(self, now_s: float) -> float:
+        """The factor the samples' weight has lost since the last one."""
+        age_s = max(0.0, now_s - self._updated_s)
+        return math.exp(-math.log(2.0) * age_s / self.half_life_s)
+
+    @property
+    def is_fresh(self) -> bool:
+        """Whether recent samples weigh at least ``FRESH_WEIGHT``."""
+        return self._w * self._fade(self._clock()) >= FRESH_WEIGHT
 
     def add(self, tokens: int, seconds: float) -> None:
         if seconds < 0 or tokens < 0:
             return
-        keep = 1.0 - self.alpha
+        now_s = self._clock()
+        keep = (1.0 - self.alpha) * self._fade(now_s)
+        self._updated_s = now_s
         x, y = float(tokens), seconds
         self._w = keep * self._w + 1.0
         self._x = keep * self._x + x

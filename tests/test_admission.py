@@ -281,3 +281,36 @@ async def test_a_first_token_after_a_non_prefill_wait_is_no_sample() -> None:
     async with admission.slot(prefill_tokens=10, measured=False) as ticket:
         ticket.first_token()
     assert admission.ttft_estimate.num_samples == 0
+
+
+async def test_an_estimate_learnt_in_a_slow_spell_fades_instead_of_refusing_for_ever() -> None:
+    """A refused request adds no sample: without fading, a slow spell's estimate would
+    refuse every contended request after the engine got fast again."""
+    clock = FakeClock()
+    admission = Admission(AdmissionLimits(max_concurrent=8, min_slo_samples=2), clock=clock)
+    for _ in range(10):  # held prefills: 40 s from admission to first token
+        async with admission.slot(prefill_tokens=300, ttft_slo_s=100) as ticket:
+            clock.now += 40.0
+            ticket.first_token()
+    release = asyncio.Event()
+
+    async def holder() -> None:
+        async with admission.slot(prefill_tokens=20, ttft_slo_s=100):
+            await release.wait()
+
+    ahead = asyncio.create_task(holder())  # a prompt ahead: the SLO check applies
+    await asyncio.sleep(0)
+    with pytest.raises(AdmissionRejected) as slo:
+        async with admission.slot(prefill_tokens=20, ttft_slo_s=30.0):
+            pass
+    assert slo.value.reason == "slo"
+    clock.now += 90.0  # no first token for 90 s: the samples fade
+    assert admission.predicted_ttft_s(20, 0) == 0.0  # no slot to wait for, no prefill time
+    async with admission.slot(prefill_tokens=20, ttft_slo_s=30.0) as ticket:
+        clock.now += 0.5  # the engine is fast again
+        ticket.first_token()
+    # One fresh sample outweighs the faded ones, and the estimate refuses again when due.
+    assert admission.ttft_estimate.is_fresh
+    assert admission.ttft_estimate.line()[0] + 20 * admission.ttft_estimate.line()[1] < 20.0
+    release.set()
+    await ahead
