@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine_worker.additional_config import DLFP_KEY, exempt_dlfp_from_hash
 from engine_worker.api import (
     ChatOutput,
     ChoiceDelta,
@@ -46,13 +47,8 @@ logger = logging.getLogger("dlfp.engine")
 
 SCHEDULER_SYNC = "engine_worker.scheduler.DLFPScheduler"
 SCHEDULER_ASYNC = "engine_worker.scheduler.DLFPAsyncScheduler"
-
-
-def detect_device() -> Device:
-    """CUDA if torch sees a GPU, otherwise CPU."""
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
+MULTIPROC_METHOD_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
+"""How vLLM starts its engine core and workers: ``fork`` (its default) or ``spawn``."""
 
 
 @dataclass
@@ -123,10 +119,41 @@ def _engine_args(spec: EngineSpec) -> Any:
     except SystemExit as exc:  # argparse exits on a bad option: make it an error
         raise ValueError(f"invalid engine arguments: {spec.engine_args}") from exc
     extra = dict(args.additional_config or {})
-    extra["dlfp"] = spec.dlfp.model_dump(mode="json")
+    extra[DLFP_KEY] = spec.dlfp.model_dump(mode="json")
     args.additional_config = extra
     args.disable_log_stats = False
     return args
+
+
+def _engine_config(spec: EngineSpec, usage_context: Any = None) -> Any:
+    """The ``VllmConfig``, with DLFP's settings out of its compile hash where vLLM allows
+    (``engine_worker.additional_config``)."""
+    vllm_config = _engine_args(spec).create_engine_config(usage_context=usage_context)
+    carried = exempt_dlfp_from_hash(vllm_config.additional_config)
+    if isinstance(carried, dict):
+        logger.info(
+            "DLFP settings stay in vLLM's compile hash: additional_config has other entries",
+            extra={"event": "dlfp_config_hashed", "additional_config_keys": sorted(carried)},
+        )
+    vllm_config.additional_config = carried
+    return vllm_config
+
+
+def _spawn_engine_processes() -> None:
+    """Start vLLM's engine core and workers with ``spawn``; an operator's choice stands.
+
+    NOTE: vLLM forks them unless CUDA is initialised in this process, and a child
+    forked from a process that has touched CUDA cannot use it ("Cannot re-initialize
+    CUDA in forked subprocess"). Spawning also keeps the child clear of this
+    process's threads (the engine is built in one, beside the event loop's).
+    """
+    if MULTIPROC_METHOD_ENV in os.environ:
+        return
+    os.environ[MULTIPROC_METHOD_ENV] = "spawn"
+    logger.info(
+        "engine processes start with spawn",
+        extra={"event": "multiproc_spawn", "multiproc_method": "spawn"},
+    )
 
 
 def _is_true(value: object) -> bool:
@@ -367,10 +394,11 @@ class VLLMEngine:
             self.spec.model = str(ensure_embedded_model(self.spec.model_cache_dir))
         if self.spec.device == "cpu":
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{self.spec.kv_cache_gib:g}")
+        if self.spec.device == "cuda":
+            _spawn_engine_processes()
         self._resolve_dtype()
-        args = _engine_args(self.spec)
         context = UsageContext.OPENAI_API_SERVER
-        vllm_config = args.create_engine_config(usage_context=context)
+        vllm_config = _engine_config(self.spec, context)
         if self.spec.device == "cpu":
             _bind_cpu_workers(vllm_config.parallel_config.world_size)
             _honour_async_scheduling(vllm_config, self.spec.engine_args)

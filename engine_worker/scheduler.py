@@ -6,8 +6,8 @@ only sets two knobs around ``super().schedule()`` and times completions in
 ``update_from_output``. Pick the class with ``scheduler_cls_name`` once the
 ``VllmConfig`` exists (the platform has the last word on async scheduling).
 
-The initial settings come from ``vllm_config.additional_config["dlfp"]`` (a
-``DLFPConfig`` as a dict; absent = defaults). Importing this module installs
+The initial settings come from ``vllm_config.additional_config``
+(``additional_config.read_dlfp_config``; absent = defaults). Importing this module installs
 the ``dlfp_*`` utility methods on vLLM's ``EngineCore`` (see ``channel``); vLLM
 imports it inside the engine-core process when it resolves ``scheduler_cls``.
 """
@@ -29,6 +29,7 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 
 from engine_worker import channel
+from engine_worker.additional_config import read_dlfp_config
 from engine_worker.controller import PrefillCapController
 from engine_worker.cost_model import StepShape, chunk_attention
 from engine_worker.dlfp_config import ControllerMode, DLFPConfig, PrefillOrder
@@ -44,22 +45,12 @@ from engine_worker.step_timing import StepRecord
 
 logger = init_logger(__name__)
 
-ADDITIONAL_CONFIG_KEY = "dlfp"
-"""Key of the ``DLFPConfig`` dict in ``VllmConfig.additional_config``."""
 MAX_STEP_HISTORY = 4096
 """Steps kept in the telemetry ring buffer."""
 
 
 _SCHEDULABLE = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 """Waiting statuses vLLM can schedule now (not blocked on a grammar or remote KV)."""
-
-
-def read_dlfp_config(additional_config: object) -> DLFPConfig:
-    """The ``DLFPConfig`` in ``additional_config["dlfp"]``, or the defaults."""
-    raw = None
-    if isinstance(additional_config, dict):
-        raw = additional_config.get(ADDITIONAL_CONFIG_KEY)
-    return DLFPConfig() if raw is None else DLFPConfig.model_validate(raw)
 
 
 def is_decoding(request: Request) -> bool:

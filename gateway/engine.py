@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from engine_worker.api import Engine
+from engine_worker.device import detect_device
 from engine_worker.dlfp_config import Device, DLFPConfig
 from gateway.settings import Settings
 
@@ -14,10 +15,9 @@ EMBEDDED_MODEL_NAME = "smollm2-135m-instruct"
 
 
 def resolve_device(settings: Settings) -> Device:
+    """The setting, or with ``auto`` the device ``nvidia-smi`` finds (CUDA untouched)."""
     if settings.device != "auto":
         return settings.device
-    from engine_worker.engine import detect_device
-
     return detect_device()
 
 
