@@ -39,13 +39,11 @@ from gateway.admission import AdmissionRejected, ClientDisconnected, Reservation
 from gateway.auth import bearer_token, key_matches
 from gateway.errors import APIError, outcome_of
 from gateway.measured_stream import MeasuredStream
-from gateway.openai_format import Formatter, usage
+from gateway.openai_format import Formatter
 from gateway.openai_request import EndpointInput
-from gateway.protocol import ChatCompletion, Completion, Usage
+from gateway.protocol import MAX_PRIORITY, ChatCompletion, Completion, Usage
 from gateway.sse import DONE, event, sse_response
 from gateway.state import GatewayState
-
-MAX_PRIORITY = 1000
 
 
 class Completions:
@@ -204,7 +202,7 @@ class Completions:
             done, _ = await asyncio.wait({collect, left, cut}, return_when=asyncio.FIRST_COMPLETED)
             if collect in done:
                 deltas = collect.result()
-                total = usage(stream.num_prompt_tokens, stream.num_generated)
+                total = Usage.of(stream.num_prompt_tokens, stream.num_generated)
                 lock = self.gateway.engine.tokenizer_lock
                 return await asyncio.to_thread(_reply_response, fmt, deltas, total, lock)
             if left in done:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -108,19 +110,40 @@ def outcome_of(exc: BaseException) -> str:
     return "server_error"
 
 
-def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
-    errors = exc.errors()
+@dataclass(frozen=True)
+class FirstError:
+    """The first of pydantic's errors, as the error bodies and logs name it."""
+
+    message: str
+    """pydantic's message, without its "Value error, " prefix."""
+    param: str | None
+    """The dotted location, None at the top level."""
+    type: str | None = None
+    loc: tuple[str, ...] = ()
+    input: Any = None
+
+
+def first_error(
+    errors: Sequence[Mapping[str, Any]], default: str = "invalid value", skip: str | None = None
+) -> FirstError:
+    """The first error of ``errors`` (pydantic's ``.errors()``); ``skip`` drops a location
+    part (FastAPI's ``body``)."""
     if not errors:
-        return "invalid request", None
+        return FirstError(default, None)
     first = errors[0]
-    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
-    param = ".".join(loc) or None
-    if first.get("type") == "json_invalid":
+    loc = tuple(str(part) for part in first.get("loc", ()) if part != skip)
+    message = str(first.get("msg", default)).removeprefix("Value error, ")
+    return FirstError(message, ".".join(loc) or None, first.get("type"), loc, first.get("input"))
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    first = first_error(exc.errors(), skip="body")
+    if first.type == "json_invalid":
         return "the request body is not valid JSON", None
-    if first.get("type") == "extra_forbidden":
-        return f"unknown parameter {param!r}: this gateway does not support it", param
-    prefix = f"{param}: " if param else ""
-    return f"{prefix}{first.get('msg', 'invalid value')}", param
+    if first.type == "extra_forbidden":
+        return f"unknown parameter {first.param!r}: this gateway does not support it", first.param
+    prefix = f"{first.param}: " if first.param else ""
+    return f"{prefix}{first.message}", first.param
 
 
 def install_error_handlers(app: FastAPI, validation_status: int = 400) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from engine_worker.api import ChoiceDelta, OutputParser, ParsedOutput, ToolCallDelta
-from gateway.errors import APIError
+from gateway.errors import APIError, first_error
 from gateway.protocol import (
     AssistantMessage,
     ChatChoice,
@@ -34,14 +34,6 @@ from gateway.protocol import (
 )
 
 logger = logging.getLogger("dlfp.gateway")
-
-
-def usage(num_prompt_tokens: int, num_generated_tokens: int) -> Usage:
-    return Usage(
-        prompt_tokens=num_prompt_tokens,
-        completion_tokens=num_generated_tokens,
-        total_tokens=num_prompt_tokens + num_generated_tokens,
-    )
 
 
 def _chat_logprobs(delta: ChoiceDelta) -> ChatLogprobs | None:
@@ -109,7 +101,7 @@ class Formatter:
         return envelope | ({"usage": None} if self.include_usage else {}) | extra
 
     def usage_chunk(self, num_prompt_tokens: int, num_generated_tokens: int) -> dict[str, Any]:
-        return self.chunk([], usage=usage(num_prompt_tokens, num_generated_tokens).model_dump())
+        return self.chunk([], usage=Usage.of(num_prompt_tokens, num_generated_tokens).model_dump())
 
     def preamble(self) -> list[dict[str, Any]]:
         """Chunks sent before the first token."""
@@ -276,7 +268,7 @@ class ChatFormatter(Formatter):
             # engine's finish reason, rather than a reply that fails validation (a 500).
             logger.warning(
                 "tool call refused by the reply model; returned as content",
-                extra={"event": "tool_call_refused", "error": exc.errors()[0].get("msg")},
+                extra={"event": "tool_call_refused", "error": first_error(exc.errors()).message},
             )
             return AssistantMessage(content=text), finish_reason
         if calls and not self._is_named and finish_reason in ("stop", None):

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from gateway.errors import APIError
 
@@ -26,7 +26,15 @@ MAX_BAD_WORDS = 128
 up to two a word: past it, vLLM's error names ``bad_words``."""
 MAX_ALLOWED_TOKEN_IDS = 8192
 
+MAX_PRIORITY = 1000
+"""Bound of a request's priority, either way (the body's ``priority``, ``X-Priority``)."""
+
 TokenCount = Annotated[int, Field(ge=1, le=1_000_000)]
+Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
+TopP = Annotated[float, Field(gt=0.0, le=1.0)]
+Seed = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+Priority = Annotated[int, Field(ge=-MAX_PRIORITY, le=MAX_PRIORITY)]
+CacheSalt = Annotated[str, Field(min_length=1, max_length=256)]
 TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]
 """Checked against the vocabulary by the engine (vLLM's own check, naming the field)."""
 
@@ -232,11 +240,16 @@ class StreamOptions(_Part):
     """vLLM's extension, accepted; usage comes once, at the end."""
 
 
-class JSONSchemaFormat(_Part):
+class _SchemaFormat(_Part):
+    """What a JSON-schema output format names, in chat and Responses bodies alike."""
+
     name: str = Field(default="response", max_length=64)
-    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
     strict: bool | None = None
     description: str | None = None
+
+
+class JSONSchemaFormat(_SchemaFormat):
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
 
 
 class ResponseFormat(_Part):
@@ -299,10 +312,10 @@ class TemplateFields(_Request):
 class _SamplingFields(EngineFields):
     model: str = Field(min_length=1, max_length=256)
     max_tokens: TokenCount | None = None
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    temperature: Temperature | None = None
     """Unset = the model's generation config (vLLM's --generation-config auto), else 1."""
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
+    top_p: TopP | None = None
+    seed: Seed | None = None
     stop: str | list[str] | None = None
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
@@ -320,9 +333,9 @@ class _SamplingFields(EngineFields):
     """vLLM extension: above 1 discourages repeating prompt and output tokens."""
     ignore_eos: StrictBool = False
     """vLLM extension: keep generating past the end-of-sequence token."""
-    priority: int = Field(default=0, ge=-1000, le=1000)
+    priority: Priority = 0
     """vLLM extension: lower is served first."""
-    cache_salt: str | None = Field(default=None, min_length=1, max_length=256)
+    cache_salt: CacheSalt | None = None
     """vLLM extension: prefix-cache entries are shared only between equal salts."""
     return_token_ids: StrictBool = False
     """vLLM extension: each streamed choice also carries its generated ``token_ids``."""
@@ -429,10 +442,93 @@ class CompletionRequest(_SamplingFields):
 # --- responses ---
 
 
+MAX_INPUT_ITEMS = 1024
+"""Items a ``/v1/responses`` input list may hold."""
+
+
+class ResponsesTool(BaseModel):
+    """A Responses function tool; any other type (a built-in tool) is refused by name."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+    name: str | None = None
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class NamedResponsesTool(NamedFunction):
+    """A Responses ``tool_choice`` naming a function: the chat form, flattened."""
+
+    type: Literal["function"]
+
+
+class TextFormat(_SchemaFormat):
+    """A Responses ``text.format``: a chat ``response_format``, flattened."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+
+
+class TextConfig(_Part):
+    format: TextFormat | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+
+class ResponsesRequest(EngineFields, TemplateFields):
+    model: str = Field(min_length=1, max_length=256)
+    input: str | list[dict[str, Any]]
+    """A string (bounded by the body size), or at most ``MAX_INPUT_ITEMS`` items."""
+
+    @field_validator("input")
+    @classmethod
+    def _items_bounded(cls, value: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+        # NOTE: not max_length on the field: that bounded a string input to 1,024
+        # characters too.
+        if isinstance(value, list) and len(value) > MAX_INPUT_ITEMS:
+            raise ValueError(f"at most {MAX_INPUT_ITEMS} input items")
+        return value
+
+    instructions: str | None = None
+    max_output_tokens: TokenCount | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    seed: Seed | None = None
+    tools: list[ResponsesTool] | None = Field(default=None, max_length=128)
+    tool_choice: Literal["none", "auto", "required"] | NamedResponsesTool | None = None
+    parallel_tool_calls: StrictBool | None = None
+    text: TextConfig | None = None
+    stream: StrictBool = False
+    priority: Priority = 0
+    cache_salt: CacheSalt | None = None
+    previous_response_id: Annotated[str | None, Refused("nothing is stored")] = None
+    background: Annotated[
+        StrictBool | None, Refused("there is no background mode", also=(False,))
+    ] = None
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+
+    @classmethod
+    def of(cls, num_prompt_tokens: int, num_generated_tokens: int) -> Usage:
+        return cls(
+            prompt_tokens=num_prompt_tokens,
+            completion_tokens=num_generated_tokens,
+            total_tokens=num_prompt_tokens + num_generated_tokens,
+        )
+
+    def as_responses(self) -> dict[str, Any]:
+        """The same counts in the Responses API's ``usage`` form."""
+        return {
+            "input_tokens": self.prompt_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": self.completion_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": self.total_tokens,
+        }
 
 
 class TopLogprob(BaseModel):
@@ -530,3 +626,13 @@ class ModelCard(BaseModel):
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+
+
+class ResponseObject(BaseModel):
+    """The Response object of ``/v1/responses`` (kept loose: its shape is OpenAI's)."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    object: Literal["response"]
+    status: str
+    output: list[dict[str, Any]]

@@ -12,87 +12,23 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
+from pydantic import BaseModel, ValidationError
 
 from engine_worker.api import ChoiceDelta, OutputParser
-from gateway.errors import APIError
+from gateway.errors import APIError, first_error
 from gateway.openai_format import ChatFormatter, Formatter
 from gateway.openai_request import ChatInput
 from gateway.protocol import (
     AssistantMessage,
     ChatCompletionRequest,
     EngineFields,
-    Refused,
-    TemplateFields,
-    TokenCount,
+    NamedResponsesTool,
+    ResponseObject,
+    ResponsesRequest,
     Usage,
-    _Part,
 )
-
-MAX_INPUT_ITEMS = 1024
-
-
-class ResponsesTool(BaseModel):
-    """A function tool; any other type (a built-in tool) is refused by name."""
-
-    model_config = ConfigDict(extra="allow")
-    type: str
-    name: str | None = None
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-
-
-class NamedFunction(_Part):
-    type: Literal["function"]
-    name: str
-
-
-class TextFormat(_Part):
-    type: Literal["text", "json_object", "json_schema"]
-    name: str = Field(default="response", max_length=64)
-    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
-    strict: bool | None = None
-    description: str | None = None
-
-
-class TextConfig(_Part):
-    format: TextFormat | None = None
-    verbosity: Literal["low", "medium", "high"] | None = None
-
-
-class ResponsesRequest(EngineFields, TemplateFields):
-    model: str = Field(min_length=1, max_length=256)
-    input: str | list[dict[str, Any]]
-    """A string (bounded by the body size), or at most ``MAX_INPUT_ITEMS`` items."""
-
-    @field_validator("input")
-    @classmethod
-    def _items_bounded(cls, value: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
-        # NOTE: not max_length on the field: that bounded a string input to 1,024
-        # characters too.
-        if isinstance(value, list) and len(value) > MAX_INPUT_ITEMS:
-            raise ValueError(f"at most {MAX_INPUT_ITEMS} input items")
-        return value
-
-    instructions: str | None = None
-    max_output_tokens: TokenCount | None = None
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
-    tools: list[ResponsesTool] | None = Field(default=None, max_length=128)
-    tool_choice: Literal["none", "auto", "required"] | NamedFunction | None = None
-    parallel_tool_calls: StrictBool | None = None
-    text: TextConfig | None = None
-    stream: StrictBool = False
-    priority: int = Field(default=0, ge=-1000, le=1000)
-    cache_salt: str | None = Field(default=None, min_length=1, max_length=256)
-    previous_response_id: Annotated[str | None, Refused("nothing is stored")] = None
-    background: Annotated[
-        StrictBool | None, Refused("there is no background mode", also=(False,))
-    ] = None
 
 
 def _text(content: Any, param: str) -> str:
@@ -170,7 +106,7 @@ def _chat_body(body: ResponsesRequest) -> dict[str, Any]:
     choice = body.tool_choice
     chat["tool_choice"] = (
         {"type": "function", "function": {"name": choice.name}}
-        if isinstance(choice, NamedFunction)
+        if isinstance(choice, NamedResponsesTool)
         else choice
     )
     fmt = body.text.format if body.text else None
@@ -192,25 +128,14 @@ class ResponsesInput(ChatInput):
         try:
             chat = ChatCompletionRequest.model_validate(_chat_body(body))
         except ValidationError as exc:
-            first = exc.errors()[0]
-            param = ".".join(str(p) for p in first.get("loc", ()))
-            raise APIError(400, f"{param}: {first.get('msg')}", param=param) from exc
+            first = first_error(exc.errors())
+            raise APIError(400, f"{first.param}: {first.message}", param=first.param) from exc
         super().__init__(chat)
 
     def formatter(self, completion_id: str, model: str) -> Formatter:
         return ResponsesFormatter(
             self.request, self.body, completion_id, model, self.output.new_parser
         )
-
-
-def _usage(usage: Usage) -> dict[str, Any]:
-    return {
-        "input_tokens": usage.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": usage.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": usage.total_tokens,
-    }
 
 
 def _output_items(message: AssistantMessage) -> list[dict[str, Any]]:
@@ -301,7 +226,7 @@ class ResponsesFormatter(ChatFormatter):
             "model": self.model,
             "status": status,
             "output": output,
-            "usage": None if usage is None else _usage(usage),
+            "usage": None if usage is None else usage.as_responses(),
             "instructions": req.instructions,
             "max_output_tokens": req.max_output_tokens,
             "temperature": req.temperature,
@@ -309,7 +234,7 @@ class ResponsesFormatter(ChatFormatter):
             "tools": [t.model_dump(exclude_none=True) for t in req.tools or []],
             "tool_choice": (
                 req.tool_choice.model_dump()
-                if isinstance(req.tool_choice, NamedFunction)
+                if isinstance(req.tool_choice, NamedResponsesTool)
                 else req.tool_choice or "auto"
             ),
             "parallel_tool_calls": req.parallel_tool_calls is not False,
@@ -327,7 +252,7 @@ class ResponsesFormatter(ChatFormatter):
     def reply(self, deltas: list[list[ChoiceDelta]], usage: Usage) -> BaseModel:  # type: ignore[override]
         message, finish_reason = self._message(0, deltas[0])
         status = "incomplete" if finish_reason == "length" else "completed"
-        return _Response.model_validate(self.response(status, _output_items(message), usage))
+        return ResponseObject.model_validate(self.response(status, _output_items(message), usage))
 
     # --- streamed ---
 
@@ -452,21 +377,7 @@ class ResponsesFormatter(ChatFormatter):
     def closing(self, num_prompt_tokens: int, num_generated_tokens: int) -> list[dict[str, Any]]:
         out = self._close_item()
         status = "incomplete" if self._finish_reason == "length" else "completed"
-        usage = Usage(
-            prompt_tokens=num_prompt_tokens,
-            completion_tokens=num_generated_tokens,
-            total_tokens=num_prompt_tokens + num_generated_tokens,
-        )
+        usage = Usage.of(num_prompt_tokens, num_generated_tokens)
         final = self.response(status, self._items, usage)
         kind = "response.incomplete" if status == "incomplete" else "response.completed"
         return [*out, self._event(kind, response=final)]
-
-
-class _Response(BaseModel):
-    """The Response object, as built above (kept loose: its shape is OpenAI's)."""
-
-    model_config = ConfigDict(extra="allow")
-    id: str
-    object: Literal["response"]
-    status: str
-    output: list[dict[str, Any]]

@@ -29,6 +29,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from engine_worker.dlfp_config import Device, DLFPConfig
 from gateway.admission import AdmissionLimits
+from gateway.errors import first_error
 
 DLFP_FIELDS = tuple(DLFPConfig.model_fields)
 ADMISSION_FIELDS = tuple(AdmissionLimits.model_fields)
@@ -264,14 +265,11 @@ def option_names(name: str) -> str:
 
 def describe_error(exc: ValidationError) -> str:
     """One line naming the first bad setting, its option and variable."""
-    errors = exc.errors()
-    if not errors:
+    if not exc.errors():
         return "invalid settings"
-    first = errors[0]
-    loc = [str(part) for part in first.get("loc", ())]
-    message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
-    if not loc:
-        return f"invalid settings: {message}"
-    value = first.get("input")
-    shown = "" if isinstance(value, dict) else f" = {value!r}"
-    return f"invalid setting {loc[0]} ({option_names(loc[0])}){shown}: {message}"
+    first = first_error(exc.errors())
+    if not first.loc:
+        return f"invalid settings: {first.message}"
+    name = first.loc[0]
+    shown = "" if isinstance(first.input, dict) else f" = {first.input!r}"
+    return f"invalid setting {name} ({option_names(name)}){shown}: {first.message}"

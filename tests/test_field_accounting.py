@@ -20,9 +20,9 @@ from gateway.protocol import (
     IGNORED_REASONS,
     ChatCompletionRequest,
     CompletionRequest,
+    ResponsesRequest,
     refused_fields,
 )
-from gateway.responses import ResponsesRequest
 from tests.http_helpers import fake_client
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -32,9 +32,9 @@ from engine_worker.prompt_prefix import (
     encode_within,
 )
 from gateway.completions import _reply_response
-from gateway.openai_format import ChatFormatter, CompletionFormatter, Formatter, usage
-from gateway.protocol import ChatCompletionRequest, CompletionRequest
-from gateway.responses import ResponsesInput, ResponsesRequest
+from gateway.openai_format import ChatFormatter, CompletionFormatter, Formatter
+from gateway.protocol import ChatCompletionRequest, CompletionRequest, ResponsesRequest, Usage
+from gateway.responses import ResponsesInput
 from gateway.routes.openai import router
 from tests.fakes import FakeEngine
 from tests.http_helpers import fake_client, sse_json
@@ -122,7 +122,7 @@ def _declared_like(path: str, reply: BaseModel, response: Response) -> FastAPI:
 async def test_reply_bytes_are_fastapis_own(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     fmt = _formatters()[path]
     deltas = _deltas(fmt.n)
-    total = usage(7, 10)
+    total = Usage.of(7, 10)
     reply = fmt.reply(deltas, total)  # once: a Response carries fresh item ids
     monkeypatch.setattr(fmt, "reply", lambda *_: reply)
     response = _reply_response(fmt, deltas, total, threading.Lock())

@@ -24,8 +24,9 @@ from gateway.protocol import (
     ModelCard,
     ModelList,
     ModelPermission,
+    ResponsesRequest,
 )
-from gateway.responses import ResponsesInput, ResponsesRequest
+from gateway.responses import ResponsesInput
 
 router = APIRouter(dependencies=[AuthorizedV1])
 
