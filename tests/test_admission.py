@@ -9,14 +9,7 @@ import pytest
 
 from gateway.admission import Admission, AdmissionLimits, AdmissionRejected
 from gateway.ttft_estimate import ServiceRate
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fake_clock import FakeClock
 
 
 async def _hold(

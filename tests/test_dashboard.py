@@ -155,8 +155,7 @@ def streaming(server: Server, num_workers: int = 2) -> Iterator[threading.Event]
 @pytest.mark.engine
 def test_dashboard_draws_live_metrics_in_chromium(gateway_server: Server, chromium: str) -> None:
     with gateway_server.client() as client:
-        if client.get("/dashboard").status_code == 404:
-            pytest.skip("/dashboard is not wired into create_app yet")
+        assert client.get("/dashboard").status_code == 200
     with launch_chromium(chromium) as page:
         page.navigate(f"{gateway_server.base_url}/dashboard")
         # Generous timeouts: the engine shares the machine's few cores with the browser.

@@ -151,19 +151,21 @@ def test_disconnect_aborts_a_non_streamed_request(gateway_server: Server) -> Non
     """The client of a long non-streamed request leaves: the engine stops it at once."""
     body = chat_body("Tell me everything about the station.", 4000, n=8)
 
-    async def leave_early() -> None:
+    async def leave_early() -> bool:
+        """Whether the request was seen running before the client left."""
         async with httpx.AsyncClient(base_url=gateway_server.base_url, timeout=300) as client:
             call = asyncio.create_task(client.post("/v1/chat/completions", json=body))
             deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
+            running = False
+            while not running and time.monotonic() < deadline:
                 await asyncio.sleep(0.5)
-                if metric_sum(metrics(gateway_server), "vllm:num_requests_running") > 0:
-                    break
+                running = metric_sum(metrics(gateway_server), "vllm:num_requests_running") > 0
             call.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await call
+            return running
 
-    asyncio.run(leave_early())
+    assert asyncio.run(leave_early()), "the request never ran: nothing to abort"
     left_at = time.monotonic()
     m = wait_idle(gateway_server, timeout_s=10)
     assert metric_sum(m, "vllm:num_requests_running") == 0

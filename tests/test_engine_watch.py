@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 from gateway.engine_watch import EngineWatch
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fake_clock import FakeClock
 
 
 def test_hung_only_while_a_request_waits_without_output() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     watch = EngineWatch(stall_s=300, clock=clock)
     clock.now += 1000  # idle for long: no request waits, nothing is owed
     assert not watch.is_hung()
@@ -30,7 +23,7 @@ def test_hung_only_while_a_request_waits_without_output() -> None:
 
 
 def test_a_slow_reader_is_not_a_hang() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     watch = EngineWatch(stall_s=300, clock=clock)
     watch.waiting()
     watch.done_waiting(got_output=True)  # the output is out; its client reads slowly
