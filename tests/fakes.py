@@ -53,6 +53,9 @@ class FakeEngine:
         self.fail_after_tokens: int | None = None
         self.failure: Exception = EngineDeadError("fake engine died")
         self.tokenize_delay_s = tokenize_delay_s
+        self.tokenize_gate: threading.Event | None = None
+        """When set by a test, ``tokenize`` holds until the gate opens (at most 30 s)."""
+        self.tokenize_entered = threading.Event()
         self.num_tokenized = 0
         self.encoded_lengths: list[int] = []
         """The length of every text (or prefix) tokenized, in characters."""
@@ -62,6 +65,8 @@ class FakeEngine:
         self.last_reset_model = False
         self.dlfp_failure: Exception | None = None
         self.dlfp_delay_s = 0.0
+        self.dlfp_gate: asyncio.Event | None = None
+        """When set by a test, the engine-core calls hold until it opens."""
         self.dlfp_state_overrides: dict[str, Any] = {}
         """Keys of ``get_dlfp_state``'s answer a test sets (the controller's state fields)."""
         self.output = ChatOutput()
@@ -109,6 +114,9 @@ class FakeEngine:
         """Blocks for ``tokenize_delay_s``, and refuses what the real tokenizer refuses;
         one token a character, bounded by ``max_tokens`` as the real engine is."""
         self.num_tokenized += 1
+        self.tokenize_entered.set()
+        if self.tokenize_gate is not None:
+            self.tokenize_gate.wait(30.0)
         time.sleep(self.tokenize_delay_s)
         try:
             text.encode("utf-8")
@@ -187,8 +195,13 @@ class FakeEngine:
     async def abort(self, request_id: str) -> None:
         self.running.discard(request_id)
 
-    async def get_dlfp_state(self) -> dict[str, Any]:
+    async def _engine_core_call(self) -> None:
         await asyncio.sleep(self.dlfp_delay_s)
+        if self.dlfp_gate is not None:
+            await self.dlfp_gate.wait()
+
+    async def get_dlfp_state(self) -> dict[str, Any]:
+        await self._engine_core_call()
         if self.dlfp_failure is not None:
             raise self.dlfp_failure
         config = self.dlfp_config
@@ -210,7 +223,7 @@ class FakeEngine:
         } | self.dlfp_state_overrides
 
     async def apply_dlfp_config(self, config: DLFPConfig) -> dict[str, Any]:
-        await asyncio.sleep(self.dlfp_delay_s)
+        await self._engine_core_call()
         if self.dlfp_failure is not None:
             raise self.dlfp_failure
         self.dlfp_config = config
