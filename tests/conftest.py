@@ -21,6 +21,7 @@ import httpx
 import psutil
 import pytest
 
+from tests.debian_tools import debian_tool
 from tests.tiny_model import make_tiny_model
 
 pytest_plugins = ["tests.fake_openai_server"]
@@ -156,3 +157,15 @@ def gateway_server(tiny_model_dir: Path) -> Iterator[Server]:
     yield server
     code = stop_server(server)
     assert code == 0, f"gateway exited {code} on SIGTERM:\n{server.log()[-3000:]}"
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's Chromium, for the dashboard test."""
+    return debian_tool("chromium", "chromium")
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    """promtool from Debian's prometheus, for the Prometheus config and exposition tests."""
+    return debian_tool("promtool", "prometheus")

@@ -4,22 +4,18 @@ gateway's metrics in headless Chromium (real-engine tier)."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
 import threading
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
-from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import httpx
 import pytest
 
 from gateway.routes import dashboard
-from tests.cdp import CHROMIUM, launch_chromium
+from tests.cdp import launch_chromium
 from tests.conftest import ARTIFACTS, TINY_MODEL_NAME, Server
 from tests.http_helpers import fake_client
 
@@ -86,28 +82,6 @@ async def test_dashboard_loads_nothing_from_another_origin() -> None:
 
 
 # ---- real engine, real browser ---------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def chromium() -> str:
-    """Debian's Chromium, installed with apt-get if missing (no other download)."""
-    if Path(CHROMIUM).exists():
-        return CHROMIUM
-    if shutil.which("apt-get") is None:
-        pytest.skip(f"{CHROMIUM} is missing and apt-get is unavailable to install it")
-    if os.geteuid() != 0:
-        pytest.skip(f"{CHROMIUM} is missing and apt-get needs root to install it")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for command in (
-        ["apt-get", "update"],
-        ["apt-get", "install", "-y", "--no-install-recommends", "chromium"],
-    ):
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
-        if done.returncode != 0:
-            pytest.fail(
-                f"{' '.join(command)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
-            )
-    return CHROMIUM
 
 
 def _stream_chats(server: Server, stop: threading.Event, first_done: threading.Event) -> int:

@@ -10,7 +10,6 @@ vLLM's ``vllm:*`` metrics (engine tier).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import shutil
@@ -281,24 +280,6 @@ def test_prometheus_and_grafana_provisioning_agree(
     used = {p["datasource"]["uid"] for p in dashboard["panels"]}
     used |= {t["datasource"]["uid"] for p in dashboard["panels"] for t in p["targets"]}
     assert used == {datasource["uid"]}
-
-
-@pytest.fixture(scope="session")
-def promtool() -> str:
-    """promtool, from Debian's prometheus package if it is not installed yet."""
-    found = shutil.which("promtool")
-    if found:
-        return found
-    apt = shutil.which("apt-get")
-    if apt is None or os.geteuid() != 0:
-        pytest.skip("promtool is missing and apt-get (as root) is unavailable to install it")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for args in (["update"], ["install", "-y", "--no-install-recommends", "prometheus"]):
-        done = subprocess.run([apt, *args], env=env, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, f"apt-get {args[0]} failed:\n{done.stderr[-2000:]}"
-    found = shutil.which("promtool")
-    assert found, "Debian's prometheus package installed no promtool"
-    return found
 
 
 def test_promtool_accepts_the_prometheus_config(promtool: str, tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import httpx
@@ -55,20 +54,3 @@ def test_exposition_parses_and_passes_promtool(gateway_server: Server, promtool:
         [promtool, "check", "metrics"], input=ours, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stdout + done.stderr
-
-
-@pytest.fixture(scope="session")
-def promtool() -> str:
-    """Debian's prometheus package provides promtool; install it if missing."""
-    path = shutil.which("promtool")
-    if path is None:
-        subprocess.run(["apt-get", "update", "-qq"], check=False, capture_output=True, timeout=600)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "prometheus"],
-            check=True,
-            capture_output=True,
-            timeout=900,
-        )
-        path = shutil.which("promtool")
-    assert path is not None, "promtool not found after installing Debian's prometheus"
-    return path
