@@ -5,13 +5,15 @@ over ZMQ. Its only request/response path to code in that process is a
 *utility call*: ``AsyncMPClient.call_utility_async(name, *args)`` makes
 ``EngineCoreProc`` run ``getattr(engine_core, name)(*args)`` and send back the
 result (msgpack: plain dicts, lists, str, numbers, None). vLLM has no utility
-that reaches the scheduler, so the engine-core side of this module adds three
+that reaches the scheduler, so the engine-core side of this module adds
 methods to ``EngineCore`` that delegate to ``engine_core.scheduler``:
 
 - ``dlfp_get_state() -> dict``
 - ``dlfp_apply_config(config: dict) -> dict`` (returns the new state)
 - ``dlfp_get_steps(since_step: int) -> list[dict]``
 - ``dlfp_reset(model: bool) -> dict`` (returns the new state)
+- ``dlfp_attach_step_ring(name: str, num_slots: int) -> bool`` (the workers'
+  device times, ``step_ring``)
 
 ``engine_worker.scheduler`` installs them on import, which vLLM does inside
 the engine-core process when it resolves ``scheduler_cls``.
@@ -39,6 +41,7 @@ GET_STATE = "dlfp_get_state"
 APPLY_CONFIG = "dlfp_apply_config"
 GET_STEPS = "dlfp_get_steps"
 RESET = "dlfp_reset"
+ATTACH_STEP_RING = "dlfp_attach_step_ring"
 
 
 class DLFPChannelError(RuntimeError):
@@ -53,6 +56,7 @@ class DLFPControls(Protocol):
     def dlfp_apply_config(self, config: dict[str, Any]) -> dict[str, Any]: ...
     def dlfp_get_steps(self, since_step: int) -> list[dict[str, Any]]: ...
     def dlfp_reset(self, model: bool = False) -> dict[str, Any]: ...
+    def dlfp_attach_step_ring(self, name: str, num_slots: int) -> bool: ...
 
 
 # --- engine-core side -------------------------------------------------------
@@ -87,6 +91,10 @@ def _engine_core_reset(self: Any, model: bool = False) -> dict[str, Any]:
     return _controls(self).dlfp_reset(model=bool(model))
 
 
+def _engine_core_attach_step_ring(self: Any, name: str, num_slots: int) -> bool:
+    return _controls(self).dlfp_attach_step_ring(str(name), int(num_slots))
+
+
 def install_engine_core_utilities() -> None:
     """Add the ``dlfp_*`` utility methods to vLLM's ``EngineCore`` (idempotent)."""
     from vllm.v1.engine.core import EngineCore
@@ -95,6 +103,7 @@ def install_engine_core_utilities() -> None:
     setattr(EngineCore, APPLY_CONFIG, _engine_core_apply_config)
     setattr(EngineCore, GET_STEPS, _engine_core_get_steps)
     setattr(EngineCore, RESET, _engine_core_reset)
+    setattr(EngineCore, ATTACH_STEP_RING, _engine_core_attach_step_ring)
 
 
 # --- gateway side -----------------------------------------------------------
@@ -131,6 +140,10 @@ class DLFPChannel:
         """Reset the controller (cap, guard); with ``model`` also the cost model and the
         deadline plan's margin window. Returns the new state."""
         return _expect(dict, await self._call(RESET, model))
+
+    async def attach_step_ring(self, name: str, num_slots: int) -> bool:
+        """Have the scheduler read the workers' device times from the ring ``name``."""
+        return _expect(bool, await self._call(ATTACH_STEP_RING, name, num_slots))
 
     async def _call(self, method: str, *args: Any) -> Any:
         try:

@@ -27,6 +27,7 @@ from engine_worker.controller_params import (
     ControllerState,
 )
 from engine_worker.cost_model import StepCostModel, StepShape, plan_prefill
+from engine_worker.host_share import HostShareWindow
 from engine_worker.margin import MarginWindow, corrected
 from engine_worker.step_timing import StepRecord, StepTimeline
 
@@ -94,8 +95,10 @@ class PrefillCapController:
 
     Observations: ``dlfp`` uses the interval between consecutive ``schedule()``
     calls, attributed to the step scheduled at the first of them (the paper);
-    ``dlfp-ct`` uses the busy time of the completed step, ``done(k) -
-    max(done(k-1), dispatched(k))``, which also fits the cost model.
+    ``dlfp-ct`` uses what ``observation`` names for the completed step (its
+    completion interval, busy time, or device time), which also fits the cost
+    model. Under ``device`` the deadline plan works in completion time: it adds
+    the host's share (``host_share``) to each predicted device time.
 
     Events, per step, from the scheduler (``now_s`` defaults to ``clock()``):
     ``on_schedule`` before ``Scheduler.schedule``, ``on_scheduled`` after it, and
@@ -133,6 +136,8 @@ class PrefillCapController:
         self._num_stale_observations = 0
         self._pending: _Pending | None = None
         self._margin = MarginWindow(params.margin_quantile)
+        self._host_share = HostShareWindow()
+        self._observation_in_force: str | None = None
         self._margin_correction = 1.0
         self._recent: deque[StepRecord] = deque(maxlen=RECENT_STEPS)
         self._num_zero_prefill_steps = 0
@@ -180,6 +185,10 @@ class PrefillCapController:
             num_ttft_overdue_steps=self._num_ttft_overdue_steps,
             num_deadline_steps=self._num_deadline_steps,
             num_deadline_misses=self._num_deadline_misses,
+            observation_in_force=self._observation_in_force
+            if self._params.mode == "dlfp-ct"
+            else None,
+            host_share_ms=self._host_s() * 1000.0 if self._params.observation == "device" else None,
         )
 
     def reset(self, *, model: bool = False) -> None:
@@ -198,6 +207,7 @@ class PrefillCapController:
         if model:
             self._model.reset()
             self._margin.reset()
+            self._host_share.reset()
             self._margin_correction = 1.0
         self._last_observation_s = None
 
@@ -314,7 +324,7 @@ class PrefillCapController:
             cap_exact=self._cap_exact,
             allowance=self._allowance,
             deadline_s=None if deadline is None else deadline.deadline_s,
-            predicted_end_s=base_s + (predicted_s or 0.0),
+            predicted_end_s=base_s + (predicted_s or 0.0) + self._host_s(),
             margin=None if deadline is None else deadline.margin,
             margin_correction=self._margin_correction,
             is_deadline_bound=deadline is not None and deadline.is_bound,
@@ -325,11 +335,23 @@ class PrefillCapController:
         self._recent.append(record)
         return record
 
-    def on_step_done(self, now_s: float | None = None) -> StepRecord | None:
-        """At ``update_from_output``: the oldest in-flight step completed."""
+    def on_step_done(
+        self, now_s: float | None = None, *, device_s: float | None = None
+    ) -> StepRecord | None:
+        """At ``update_from_output``: the oldest in-flight step completed, and took
+        ``device_s`` where it executed (None: not known)."""
         record = self._timeline.complete(self._now(now_s), self._wall_clock())
         if record is None:
             return None
+        record.device_s = device_s
+        completion_s = record.completion_interval_s
+        # A step scheduled while nothing decoded may count idle time in its interval.
+        if device_s is not None and completion_s is not None and record.num_decoding > 0:
+            self._host_share.observe(completion_s, device_s)
+        observation = self._params.observation
+        if observation == "device" and device_s is None:
+            observation = "completion"
+        self._observation_in_force = observation
         observed_s = record.completion_timed_s(self._params.observation)
         if observed_s is not None and record.shape is not None:
             # The cost model predicts the same quantity the feedback law corrects.
@@ -358,6 +380,11 @@ class PrefillCapController:
 
     def _margin_value(self) -> float:
         return self._margin.value() * self._margin_correction
+
+    def _host_s(self) -> float:
+        """What the plan adds to a prediction for the host: its share's quantile under
+        ``device`` (a prediction of device time), else 0 (the prediction holds it)."""
+        return self._host_share.value_s() if self._params.observation == "device" else 0.0
 
     def _end_s(self, step_index: int) -> float | None:
         """When a recent step ended (observed) or is predicted to end (in flight)."""
@@ -403,7 +430,9 @@ class PrefillCapController:
         deadline_s = self._deadline_s(now_s, oldest_token_step)
         budget_s = math.inf
         if deadline_s is not None:
-            budget_s = (deadline_s - self._base_s(now_s)) / margin
+            # NOTE: under device the model predicts device time, and the stream waits
+            # for the host's share as well: base + m * predict + host <= deadline.
+            budget_s = (deadline_s - self._base_s(now_s) - self._host_s()) / margin
 
         def fits(cap: int) -> bool:
             num_prefill, attention = plan_prefill(candidates, cap)

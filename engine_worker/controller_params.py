@@ -17,7 +17,7 @@ AUTO_TARGET_SLO_FRACTION = 0.6
 """An ``auto`` target is at least this share of the ITL objective ..."""
 AUTO_TARGET_DECODE_MULTIPLE = 2.0
 """... and at least this multiple of the measured decode-only step (room for prefill)."""
-OBSERVATIONS = ("busy", "completion", "max")
+OBSERVATIONS = ("busy", "completion", "max", "device")
 """``dlfp-ct`` observations, spelled as ``Observation`` values."""
 PLANS = ("deadline", "target")
 """``dlfp-ct`` plans, spelled as ``Plan`` values."""
@@ -196,6 +196,11 @@ class ControllerState:
     """Completed steps planned to a stream deadline."""
     num_deadline_misses: int = 0
     """Of those, steps that completed after the deadline they were planned to."""
+    observation_in_force: str | None = None
+    """``dlfp-ct``: what the latest completed step was observed by (``observation``, or
+    ``completion`` where a ``device`` step had no device time); None under other modes."""
+    host_share_ms: float | None = None
+    """``observation: device``: the host-share quantile the deadline plan adds, ms."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

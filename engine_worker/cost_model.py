@@ -29,10 +29,11 @@ prediction needs it, so a run of decode-only steps costs no solve.
 
 from __future__ import annotations
 
-import bisect
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from engine_worker.sliding_window import SlidingWindow
 
 NUM_FEATURES = 6
 NUM_INTERCEPTS = 2
@@ -110,12 +111,12 @@ class StepCostModel:
         self._with_prefill: deque[tuple[tuple[float, ...], float]] = deque()
         self._joint = _NormalEquations(NUM_FEATURES)
         self._coef: tuple[float, ...] | None = None
-        self._speeds = (_RunningMedian(SPEED_STEPS), _RunningMedian(SPEED_STEPS))
+        self._speeds = (SlidingWindow(SPEED_STEPS), SlidingWindow(SPEED_STEPS))
         """Observed/fitted of the recent steps (decode-only, with prefill)."""
         self._speed_values = [1.0, 1.0]
         """Their medians, kept as they change (read on every prediction)."""
         self._is_stale = False
-        self._recent_decode = _RunningMedian(RECENT_DECODE_STEPS)
+        self._recent_decode = SlidingWindow(RECENT_DECODE_STEPS)
         self._num_samples = 0
 
     @property
@@ -148,10 +149,10 @@ class StepCostModel:
         self._with_prefill.clear()
         self._joint = _NormalEquations(NUM_FEATURES)
         self._coef = None
-        self._speeds = (_RunningMedian(SPEED_STEPS), _RunningMedian(SPEED_STEPS))
+        self._speeds = (SlidingWindow(SPEED_STEPS), SlidingWindow(SPEED_STEPS))
         self._speed_values = [1.0, 1.0]
         self._is_stale = False
-        self._recent_decode = _RunningMedian(RECENT_DECODE_STEPS)
+        self._recent_decode = SlidingWindow(RECENT_DECODE_STEPS)
 
     def observe(self, shape: StepShape, seconds: float) -> None:
         """Add a completed step; the fit is solved when a prediction next needs it."""
@@ -217,30 +218,6 @@ class StepCostModel:
 
 def _dot(coef: Sequence[float], features: Sequence[float]) -> float:
     return sum(c * x for c, x in zip(coef, features, strict=True))
-
-
-class _RunningMedian:
-    """The median of the last ``size`` values, kept sorted as they come and go."""
-
-    def __init__(self, capacity: int) -> None:
-        self._values: deque[float] = deque()
-        self._sorted: list[float] = []
-        self._capacity = capacity
-
-    @property
-    def size(self) -> int:
-        return len(self._values)
-
-    def add(self, value: float) -> None:
-        self._values.append(value)
-        bisect.insort(self._sorted, value)
-        if len(self._values) > self._capacity:
-            old = self._values.popleft()
-            del self._sorted[bisect.bisect_left(self._sorted, old)]
-
-    def median(self) -> float:
-        values, middle = self._sorted, len(self._sorted) // 2
-        return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
 
 
 class _NormalEquations:

@@ -47,6 +47,9 @@ class Observation(StrEnum):
     """``done(k) - done(k-1)``: what a stream served by consecutive steps waits."""
     MAX = "max"
     """The larger of the two."""
+    DEVICE = "device"
+    """The step's time where it executes (the worker's ``execute_model`` plus
+    ``sample_tokens``); ``completion`` for a step without one."""
 
 
 class Plan(StrEnum):
@@ -102,7 +105,8 @@ class DLFPConfig(BaseModel):
     feedforward: bool = True
     """dlfp-ct only: size each mixed step from the online cost model of step time."""
     observation: Observation = Observation.COMPLETION
-    """dlfp-ct only: the step time fed back: busy, completion (interval) or max of both."""
+    """dlfp-ct only: the step time fed back: busy, completion (interval), max of both, or
+    device (timed in the worker; completion where no device time is available)."""
     plan: Plan = Plan.DEADLINE
     """dlfp-ct with feedforward only: plan each mixed step to the running streams'
     deadlines (deadline) or to allowance x target_ms (target)."""
@@ -159,5 +163,7 @@ class DLFPConfig(BaseModel):
                 fixed_cap_tokens=2048,
                 ttft_slo_ms=2_000.0,
                 itl_slo_ms=100.0,
+                # Under async scheduling the host's completion is not the GPU's.
+                observation=Observation.DEVICE,
             )
         return cls()

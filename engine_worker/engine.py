@@ -45,8 +45,6 @@ from engine_worker.tokenizer_guard import held_if
 
 logger = logging.getLogger("dlfp.engine")
 
-SCHEDULER_SYNC = "engine_worker.scheduler.DLFPScheduler"
-SCHEDULER_ASYNC = "engine_worker.scheduler.DLFPAsyncScheduler"
 MULTIPROC_METHOD_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
 """How vLLM starts its engine core and workers: ``fork`` (its default) or ``spawn``."""
 
@@ -198,15 +196,25 @@ def _honour_async_scheduling(vllm_config: Any, engine_args: dict[str, str]) -> N
     )
 
 
-def _add_stage_buffer_extension(vllm_config: Any) -> bool:
-    """Whether CPU pipeline stages need ``cpu_pipeline``'s buffer fix (and set it up)."""
-    from engine_worker.cpu_pipeline import EXTENSION_CLS
+def _add_worker_extension(vllm_config: Any) -> bool:
+    """Whether the gateway's worker extension is installed (and install it).
+
+    It always serves the device timer (``observation`` may switch to ``device`` at
+    runtime), and with CPU pipeline stages the stage buffer too. An operator's own
+    extension stands: then neither runs.
+    """
+    from engine_worker.worker_extension import EXTENSION_CLS
 
     parallel = vllm_config.parallel_config
-    if parallel.pipeline_parallel_size <= 1:
-        return False
     if parallel.worker_extension_cls not in ("", EXTENSION_CLS):
-        logger.warning("pipeline stages on CPU with a worker extension: buffers not made")
+        logger.warning(
+            "a worker extension of your own: no device step timing, and no stage buffers on CPU",
+            extra={
+                "event": "device_timer_unavailable",
+                "reason": "worker_extension_cls",
+                "worker_extension_cls": str(parallel.worker_extension_cls),
+            },
+        )
         return False
     parallel.worker_extension_cls = EXTENSION_CLS
     return True
@@ -329,6 +337,8 @@ class VLLMEngine:
         self._channel: Any = None
         self._closed = False
         self._needs_stage_buffers = False
+        self._has_worker_extension = False
+        self._step_ring: Any = None
         self._chat_template: str | None = None
         self._parser_cls: Any = None
         self._compact_json = False
@@ -350,9 +360,16 @@ class VLLMEngine:
 
     async def start(self) -> None:
         """Build the engine in a worker thread: the event loop keeps serving /health."""
+        try:
+            await self._start()
+        except BaseException:
+            self._close_step_ring()  # no segment outlives a failed start
+            raise
+
+    async def _start(self) -> None:
         llm = await asyncio.to_thread(self._build)
         if self._needs_stage_buffers:
-            from engine_worker.cpu_pipeline import ALLOCATE_METHOD
+            from engine_worker.worker_extension import ALLOCATE_METHOD
 
             await llm.collective_rpc(ALLOCATE_METHOD)
         self._tokenizer = llm.get_tokenizer()
@@ -372,6 +389,8 @@ class VLLMEngine:
             from engine_worker.channel import DLFPChannel
 
             self._channel = DLFPChannel(llm)
+            if self._has_worker_extension:
+                await self._install_device_timer(llm, self._channel)
             if self.spec.startup_fit_s > 0:  # before is_ready: /ready stays 503 meanwhile
                 from engine_worker.startup_fit import run_startup_fit
 
@@ -383,6 +402,48 @@ class VLLMEngine:
                 )
         self._llm = llm
         logger.info("engine ready", extra={"event": "engine_ready", "model": self.info.model_name})
+
+    async def _install_device_timer(self, llm: Any, channel: Any) -> None:
+        """The ring of device step times (``step_ring``), its writers and its reader.
+
+        The gateway process owns the segment: created here, unlinked at shutdown.
+        """
+        from engine_worker.step_ring import StepRing
+        from engine_worker.worker_extension import INSTALL_TIMER_METHOD
+
+        try:
+            ring = self._step_ring = StepRing.create()
+        except OSError as exc:  # no shared memory here (a /dev/shm too small, or none)
+            logger.warning(
+                "device step timing unavailable: observation device falls back to completion",
+                extra={"event": "device_timer_unavailable", "reason": f"shared memory: {exc}"},
+            )
+            return
+        try:
+            writers = await llm.collective_rpc(
+                INSTALL_TIMER_METHOD, args=(ring.name, ring.num_slots)
+            )
+        except Exception as exc:  # an executor that cannot reach the extension
+            writers, reason = [], f"install failed: {exc}"
+        else:
+            reason = "no worker writes step times"
+        if not any(writers):
+            logger.warning(
+                "device step timing unavailable: observation device falls back to completion",
+                extra={"event": "device_timer_unavailable", "reason": reason},
+            )
+            self._close_step_ring()
+            return
+        await channel.attach_step_ring(ring.name, ring.num_slots)
+        logger.info(
+            "device step timing on",
+            extra={"event": "device_timer", "shared_memory": ring.name, "slots": ring.num_slots},
+        )
+
+    def _close_step_ring(self) -> None:
+        ring, self._step_ring = self._step_ring, None
+        if ring is not None:
+            ring.close()
 
     def _build(self) -> Any:
         from vllm.usage.usage_lib import UsageContext
@@ -399,17 +460,19 @@ class VLLMEngine:
         self._resolve_dtype()
         context = UsageContext.OPENAI_API_SERVER
         vllm_config = _engine_config(self.spec, context)
+        self._has_worker_extension = _add_worker_extension(vllm_config)
         if self.spec.device == "cpu":
             _bind_cpu_workers(vllm_config.parallel_config.world_size)
             _honour_async_scheduling(vllm_config, self.spec.engine_args)
-            self._needs_stage_buffers = _add_stage_buffer_extension(vllm_config)
+            pipelined = vllm_config.parallel_config.pipeline_parallel_size > 1
+            self._needs_stage_buffers = self._has_worker_extension and pipelined
         if self.spec.use_dlfp_scheduler:
             # NOTE: the platform has the last word on async scheduling (CPU forces it
             # off), so the subclass is picked from the resolved config, not the args.
+            from engine_worker.scheduler import scheduler_cls_name
+
             is_async = bool(vllm_config.scheduler_config.async_scheduling)
-            vllm_config.scheduler_config.scheduler_cls = (
-                SCHEDULER_ASYNC if is_async else SCHEDULER_SYNC
-            )
+            vllm_config.scheduler_config.scheduler_cls = scheduler_cls_name(is_async)
         self.info.extra["async_scheduling"] = bool(vllm_config.scheduler_config.async_scheduling)
         self.info.extra["batch_queue_size"] = int(vllm_config.max_concurrent_batches)
         self.info.extra["priority_scheduling"] = vllm_config.scheduler_config.policy == "priority"
@@ -458,11 +521,15 @@ class VLLMEngine:
             await asyncio.to_thread(_kill_engine_processes)
         llm, self._llm = self._llm, None
         self._channel = None  # it holds the AsyncLLM too
-        if llm is not None:
-            await asyncio.to_thread(llm.shutdown)
-            # Drop the last reference now: AsyncLLM.__del__ at interpreter exit fails noisily.
-            del llm
-            logger.info("engine stopped", extra={"event": "engine_stopped"})
+        try:
+            if llm is not None:
+                await asyncio.to_thread(llm.shutdown)
+                # Drop the last reference now: AsyncLLM.__del__ at interpreter exit fails
+                # noisily.
+                del llm
+                logger.info("engine stopped", extra={"event": "engine_stopped"})
+        finally:
+            self._close_step_ring()
 
     def _require(self) -> Any:
         if self.is_dead:

@@ -20,9 +20,9 @@ steps were seen the quantile is ``STARTING_MARGIN``.
 
 from __future__ import annotations
 
-import bisect
 import math
-from collections import deque
+
+from engine_worker.sliding_window import SlidingWindow
 
 MARGIN_WINDOW_STEPS = 128
 """Mixed steps whose observed/predicted ratio the quantile is taken over."""
@@ -45,34 +45,25 @@ def corrected(correction: float, overrun: bool, gain: float) -> float:
 
 
 class MarginWindow:
-    """The last ``MARGIN_WINDOW_STEPS`` observed/predicted ratios, kept sorted."""
+    """The last ``MARGIN_WINDOW_STEPS`` observed/predicted ratios."""
 
     def __init__(self, quantile: float, capacity: int = MARGIN_WINDOW_STEPS) -> None:
         self.quantile = quantile
-        self._capacity = capacity
-        self._ratios: deque[float] = deque()
-        self._sorted: list[float] = []
+        self._ratios = SlidingWindow(capacity)
 
     @property
     def num_samples(self) -> int:
-        return len(self._ratios)
+        return self._ratios.size
 
     def observe(self, ratio: float) -> None:
-        if not math.isfinite(ratio) or ratio <= 0:
-            return
-        self._ratios.append(ratio)
-        bisect.insort(self._sorted, ratio)
-        if len(self._ratios) > self._capacity:
-            old = self._ratios.popleft()
-            del self._sorted[bisect.bisect_left(self._sorted, old)]
+        if math.isfinite(ratio) and ratio > 0:
+            self._ratios.add(ratio)
 
     def value(self) -> float:
         """The ``quantile`` of the window (nearest rank), or ``STARTING_MARGIN``."""
-        n = len(self._sorted)
-        if n < MIN_MARGIN_SAMPLES:
+        if self._ratios.size < MIN_MARGIN_SAMPLES:
             return STARTING_MARGIN
-        return self._sorted[min(max(math.ceil(self.quantile * n) - 1, 0), n - 1)]
+        return self._ratios.quantile(self.quantile)
 
     def reset(self) -> None:
         self._ratios.clear()
-        self._sorted.clear()

@@ -32,7 +32,7 @@ from engine_worker import channel
 from engine_worker.additional_config import read_dlfp_config
 from engine_worker.controller import PrefillCapController
 from engine_worker.cost_model import StepShape, chunk_attention
-from engine_worker.dlfp_config import ControllerMode, DLFPConfig, PrefillOrder
+from engine_worker.dlfp_config import ControllerMode, DLFPConfig, Observation, PrefillOrder
 from engine_worker.prefill_order import (
     MAX_HELD_STEPS,
     Candidate,
@@ -41,6 +41,7 @@ from engine_worker.prefill_order import (
     restore_order,
     select,
 )
+from engine_worker.step_ring import STEP_INDEX_ATTR, StepRing
 from engine_worker.step_timing import StepRecord
 
 logger = init_logger(__name__)
@@ -97,6 +98,9 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         self._num_held_steps: dict[str, int] = {}
         # The step that produced (or will produce) each running stream's last token.
         self._token_steps: dict[str, int] = {}
+        # The workers' device times (attached by the gateway, see step_ring).
+        self._step_ring: StepRing | None = None
+        self._has_warned_no_device_time = False
         if self.scheduler_config.async_scheduling != isinstance(self, AsyncScheduler):
             logger.warning(
                 "%s does not match async_scheduling=%s; use scheduler_cls_name()",
@@ -131,6 +135,8 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
             shape.num_prefill_tokens, shape.num_decode_tokens, shape=shape
         )
         self._dlfp_steps.append(record)
+        # The worker that executes the step writes its device time under this index.
+        setattr(output, STEP_INDEX_ATTR, record.step_index)
         self._note_token_steps(output, token_ids, record.step_index)
         if cap_tokens is not None:
             self._count_held_steps(output)
@@ -142,11 +148,30 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         # NOTE: first statement on purpose: the earliest point in the
         # engine-core process where the step is known complete (after
         # future.result()); our own output processing must not count.
-        self.dlfp_controller.on_step_done()
+        done_s = time.monotonic()
+        device_s = self._device_s(scheduler_output)
+        self.dlfp_controller.on_step_done(done_s, device_s=device_s)
         outputs: dict[int, EngineCoreOutputs] = super().update_from_output(
             scheduler_output, model_runner_output
         )
         return outputs
+
+    def _device_s(self, scheduler_output: SchedulerOutput) -> float | None:
+        """The step's device time from the ring, or None (a warning once, for ``device``)."""
+        step_index = getattr(scheduler_output, STEP_INDEX_ATTR, None)
+        ring = self._step_ring
+        device_s = None if ring is None or step_index is None else ring.read(step_index)
+        is_wanted = self.dlfp_config.observation == Observation.DEVICE
+        if device_s is None and is_wanted and not self._has_warned_no_device_time:
+            self._has_warned_no_device_time = True
+            reason = "no device timer attached" if ring is None else "a step's slot not written"
+            logger.warning(
+                "DLFP observation device: no device time for step %s (%s); falling back "
+                "to completion for such steps",
+                step_index,
+                reason,
+            )
+        return device_s
 
     def _schedule_capped(
         self,
@@ -363,19 +388,24 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         return max(int(self.vllm_config.max_concurrent_batches), 1)
 
     def _warn_if_cap_exceeds_budget(self) -> None:
-        if self.dlfp_config.max_cap_tokens > self.max_num_scheduled_tokens:
+        """A cap above the step budget less a full batch of decodes is out of reach when
+        every slot decodes: ``max_cap_tokens`` should stay within it."""
+        decode_slots = self.max_num_running_reqs * (1 + self.num_spec_tokens)
+        room = self.max_num_scheduled_tokens - decode_slots
+        if self.dlfp_config.max_cap_tokens > room:
             logger.warning(
-                "DLFP max_cap_tokens=%d exceeds the step budget %d; raise "
-                "max_num_batched_tokens for the cap to have any effect up there",
+                "DLFP max_cap_tokens=%d exceeds the step budget %d less %d decode slots; "
+                "raise max_num_batched_tokens for the cap to have any effect up there",
                 self.dlfp_config.max_cap_tokens,
                 self.max_num_scheduled_tokens,
+                decode_slots,
             )
 
     # --- called from the engine-core utility methods (see channel) ---
 
     def dlfp_get_state(self) -> dict[str, Any]:
         """Controller state plus the settings in force, as plain types."""
-        return {
+        state: dict[str, Any] = {
             **self.dlfp_controller.state.to_dict(),
             "config": self.dlfp_config.model_dump(mode="json"),
             "scheduler_cls": type(self).__name__,
@@ -385,6 +415,15 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
             "batch_queue_size": int(self.vllm_config.max_concurrent_batches),
             "max_num_scheduled_tokens": self.max_num_scheduled_tokens,
         }
+        return state | self._observation_in_force()
+
+    def _observation_in_force(self) -> dict[str, Any]:
+        # Without a ring no step can have a device time, before the first one completes.
+        config = self.dlfp_config
+        is_device = config.observation == Observation.DEVICE
+        if self._step_ring is None and is_device and config.controller == ControllerMode.DLFP_CT:
+            return {"observation_in_force": Observation.COMPLETION.value}
+        return {}
 
     def dlfp_apply_config(self, config: dict[str, Any]) -> dict[str, Any]:
         """Validate a whole ``DLFPConfig`` dict, apply it, return the new state.
@@ -406,6 +445,15 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         self._num_held_steps.clear()
         logger.info("DLFP controller reset (model=%s)", model)
         return self.dlfp_get_state()
+
+    def dlfp_attach_step_ring(self, name: str, num_slots: int) -> bool:
+        """Read the workers' device times from the gateway's ring ``name`` (``step_ring``)."""
+        if self._step_ring is not None:
+            self._step_ring.close()
+        self._step_ring = StepRing.attach(name, num_slots)
+        self._has_warned_no_device_time = False
+        logger.info("DLFP device step times from shared memory %s", name)
+        return True
 
     def dlfp_get_steps(self, since_step: int) -> list[dict[str, Any]]:
         """Completed steps with ``step_index >= since_step``, oldest first."""

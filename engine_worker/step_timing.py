@@ -18,7 +18,11 @@ without any id. Two timings come out of it, one per feedback controller:
   a request whose step is in flight cannot be scheduled again, so it is in
   every ``D``-th step and ``L = D``.
 
-``dlfp-ct`` feeds back one of the last two, or the larger (``observation``).
+- ``device_s``: the step's time in the worker that executed it
+  (``device_timer``), given at completion when the worker wrote it.
+
+``dlfp-ct`` feeds back one of the last three, or the larger of busy and
+completion (``observation``).
 
 Pure Python: no vLLM import.
 """
@@ -58,6 +62,8 @@ class StepRecord:
     interval_s: float | None = None
     busy_s: float | None = None
     completion_interval_s: float | None = None
+    device_s: float | None = None
+    """The step's time in the worker (``device_timer``), or None if it was not written."""
     is_feedback: bool = False
     """Whether this step's observation was fed to the control law."""
     shape: StepShape | None = None
@@ -69,7 +75,7 @@ class StepRecord:
     target_s: float = 0.0
     """The controller's target when the step was scheduled (``auto`` resolves per step)."""
     observation: str = "busy"
-    """What ``dlfp-ct`` feeds back for this step: busy, completion or max."""
+    """What ``dlfp-ct`` feeds back for this step: busy, completion, max or device."""
     cap_exact: float | None = None
     """The unquantised feedback cap in force when the step was scheduled."""
     allowance: float = 1.0
@@ -109,13 +115,18 @@ class StepRecord:
         return None
 
     def completion_timed_s(self, observation: str) -> float | None:
-        """The completion-timed observation of kind ``observation`` (busy/completion/max).
+        """The completion-timed observation of kind ``observation`` (busy/completion/max/
+        device); ``device`` without a device time is ``completion``.
 
         NOTE: a step scheduled while nothing decoded may follow idle time (the
         engine waited for a request), which its completion interval would count;
         such a step falls back to its busy time. While a request decodes the
         engine loop never waits for input, so the interval holds no idle time.
         """
+        if observation == "device":
+            if self.device_s is not None:
+                return self.device_s
+            observation = "completion"
         completion = self.completion_interval_s if self.num_decoding > 0 else None
         if observation == "busy" or completion is None:
             return self.busy_s
@@ -141,6 +152,7 @@ class StepRecord:
             "interval_ms": _to_ms(self.interval_s),
             "busy_ms": _to_ms(self.busy_s),
             "completion_interval_ms": _to_ms(self.completion_interval_s),
+            "device_ms": _to_ms(self.device_s),
             "predicted_busy_ms": _to_ms(self.predicted_s),
             "prefill_context_tokens": round(context),
             "decode_context_tokens": shape.decode_context_tokens,

@@ -126,7 +126,7 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
     max_num_seqs: int = Field(default=64, ge=1)
     """Most requests the engine runs at once."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    """Where the engine runs; auto = CUDA if a GPU is visible, otherwise CPU."""
+    """Where the engine runs; auto = CUDA if `nvidia-smi -L` lists a GPU, otherwise CPU."""
     dtype: str = "auto"
     """Model dtype passed to vLLM (auto, bfloat16, float16, float32)."""
     kv_cache_gib: float = Field(default=2.0, gt=0)

@@ -190,6 +190,8 @@ def test_outputs_identical_with_controller_off_and_on(
         # The default: the deadline plan, to the streams' ITL deadlines.
         "dlfp-ct-deadline": {"controller": "dlfp-ct", "plan": "deadline", "feedforward": True},
         "dlfp": {"controller": "dlfp", "target_ms": 1},
+        # Device time fed back: the timer wraps the worker's calls, never their results.
+        "dlfp-ct-device": {"controller": "dlfp-ct", "plan": "deadline", "observation": "device"},
     }
     for name, patch in modes.items():
         assert admin(gateway_server, "PATCH", json=patch).status_code == 200
@@ -199,7 +201,11 @@ def test_outputs_identical_with_controller_off_and_on(
         # cap by construction (fixed 32, a 1 ms target at the floor) chunks every long
         # prompt many times; a 20 ms plan may take a prompt in a few steps on a fast CPU
         # (6 on an AMX Xeon in float32), so there at least one mixed step is asked for.
-        planned = patch.get("target_ms") == 20 or patch.get("plan") == "deadline"
+        planned = (
+            patch.get("target_ms") == 20
+            or patch.get("plan") == "deadline"
+            or "observation" in patch
+        )
         if name != "off":
             num_mixed = state(gateway_server)["num_mixed_steps"] - mixed_before
             assert num_mixed > (0 if planned else 10), (name, num_mixed)
@@ -245,3 +251,43 @@ def test_plan_switches_at_runtime(gateway_server: Server, restore_dlfp: dict[str
         time.sleep(0.5)
     assert exported >= after["num_deadline_steps"]
     assert metrics(gateway_server)['dlfp_controller_plan{plan="deadline"}'] == 1.0
+
+
+def test_device_observation_times_every_step_where_it_executes(
+    gateway_server: Server, restore_dlfp: dict[str, Any]
+) -> None:
+    """``observation: device`` switched on at runtime: every completed step carries the
+    worker's own time, dlfp-ct feeds it back, and on this synchronous CPU engine it
+    agrees with the host's busy time."""
+    # A 20 ms target chunks each long prompt over many mixed steps.
+    patch = {"controller": "dlfp-ct", "plan": "target", "target_ms": 20, "observation": "device"}
+    response = admin(gateway_server, "PATCH", json=patch)
+    assert response.status_code == 200, response.text
+    start = response.json()["state"]["num_steps"]
+    mixed_load(gateway_server, tag=51, max_tokens=200)
+    steps = steps_since(gateway_server, start)
+    assert steps
+    assert all(s["device_ms"] is not None for s in steps), [
+        s["step_index"] for s in steps if s["device_ms"] is None
+    ]
+    ct_steps = [s for s in steps if s["mode"] == "dlfp-ct"]
+    assert ct_steps and all(s["observation_ms"] == s["device_ms"] for s in ct_steps)
+    mixed = [s for s in steps if s["is_mixed"] and s["busy_ms"] is not None]
+    assert len(mixed) >= 5, len(mixed)
+    gaps = [abs(s["device_ms"] - s["busy_ms"]) for s in mixed]
+    agreeing = [
+        s for s, gap in zip(mixed, gaps, strict=True) if gap <= max(0.05 * s["busy_ms"], 5.0)
+    ]
+    ratios = sorted(s["device_ms"] / s["busy_ms"] for s in mixed)
+    print(
+        f"\ndevice vs busy on {len(mixed)} mixed steps: {len(agreeing)} within 5% or 5 ms; "
+        f"median busy {sorted(s['busy_ms'] for s in mixed)[len(mixed) // 2]:.1f} ms, "
+        f"median gap {sorted(gaps)[len(gaps) // 2]:.2f} ms, max gap {max(gaps):.2f} ms, "
+        f"device/busy from {ratios[0]:.3f} to {ratios[-1]:.3f}"
+    )
+    assert len(agreeing) >= 0.8 * len(mixed), (len(agreeing), len(mixed))
+    after = admin(gateway_server, "GET").json()["state"]
+    assert after["observation_in_force"] == "device"
+    assert after["host_share_ms"] is not None and after["host_share_ms"] >= 0
+    assert admin(gateway_server, "PATCH", json={"observation": "busy"}).status_code == 200
+    assert admin(gateway_server, "GET").json()["state"]["host_share_ms"] is None

@@ -242,3 +242,17 @@ def test_engine_core_utilities_reject_a_plain_scheduler(build: Callable[..., Sch
 def test_scheduler_cls_name_resolves() -> None:
     assert scheduler_cls_name(False) == "engine_worker.scheduler.DLFPScheduler"
     assert scheduler_cls_name(True) == "engine_worker.scheduler.DLFPAsyncScheduler"
+
+
+def test_a_cap_beyond_the_budget_less_the_decodes_is_warned_of(
+    build: Callable[..., Scheduler], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """16 running requests and a budget of 512: a cap above 496 is out of reach."""
+    warnings: list[str] = []
+    monkeypatch.setattr(
+        dlfp_scheduler.logger, "warning", lambda message, *args: warnings.append(message % args)
+    )
+    build(DLFPScheduler, DLFPConfig(max_cap_tokens=496))
+    assert warnings == []
+    build(DLFPScheduler, DLFPConfig(max_cap_tokens=504))
+    assert len(warnings) == 1 and "less 16 decode slots" in warnings[0]

@@ -19,7 +19,7 @@ from engine_worker.api import EngineDeadError, EngineNotReadyError, InvalidReque
 from engine_worker.dlfp_config import DLFPConfig
 from gateway.admission import AdmissionLimits
 from gateway.deps import AdminDep, GatewayDep
-from gateway.errors import APIError, ErrorResponse
+from gateway.errors import APIError, ErrorResponse, first_error
 from gateway.state import GatewayState
 
 logger = logging.getLogger("dlfp.admin")
@@ -48,6 +48,10 @@ STATE_KEYS = (
     "num_ttft_overdue_steps",
     "num_deadline_steps",
     "num_deadline_misses",
+    # dlfp-ct: the observation the latest step was fed back by (device falls back to
+    # completion where no device time came), and the host share the plan adds under device.
+    "observation_in_force",
+    "host_share_ms",
     # How the engine schedules: > 1 batch in flight means the scheduler runs ahead.
     "batch_queue_size",
     "async_scheduling",
@@ -83,12 +87,9 @@ async def _engine_call(gateway: GatewayState, call: Awaitable[_T]) -> _T:
 
 
 def _invalid(exc: ValidationError) -> APIError:
-    first = exc.errors()[0] if exc.errors() else {"msg": "invalid settings", "loc": ()}
-    param = ".".join(str(p) for p in first.get("loc", ())) or None
-    message = str(first.get("msg", "invalid settings")).removeprefix("Value error, ")
-    return APIError(
-        422, f"{param}: {message}" if param else message, param=param, code="invalid_settings"
-    )
+    first = first_error(exc.errors(), default="invalid settings")
+    message = f"{first.param}: {first.message}" if first.param else first.message
+    return APIError(422, message, param=first.param, code="invalid_settings")
 
 
 async def _snapshot(gateway: GatewayState, state: dict[str, Any] | None = None) -> dict[str, Any]:

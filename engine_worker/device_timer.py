@@ -1,0 +1,186 @@
+"""Each step timed where it executes: the worker's ``execute_model`` plus ``sample_tokens``.
+
+vLLM 0.32 splits a step in two worker calls: ``execute_model(scheduler_output)``
+runs the forward pass and returns None when ``sample_tokens(grammar_output)``
+must follow (the engine core calls it at once), or returns the output itself (a
+step with nothing scheduled, a pooling model). A step's device time spans both::
+
+    device(k) = end(sample_tokens(k), or execute_model(k) when it returned output)
+                - start(execute_model(k))
+
+- **CPU:** ``time.perf_counter()`` around the calls, which run synchronously.
+- **CUDA:** a timing event recorded on the current stream before
+  ``execute_model`` and after ``sample_tokens``; no synchronisation is added.
+  The pair is read once its end event is complete (``Event.query()``): on the
+  synchronous path the output has already been synchronised when
+  ``sample_tokens`` returns, so it is read then; under async scheduling it is
+  read when vLLM's output copy has been waited for
+  (``AsyncModelRunnerOutput.get_output``), or at the worker's next call.
+  A pair still incomplete then is written later, and its step has no device
+  time when the scheduler reads it (``step_ring``: a missing slot).
+
+The step's index comes from the ``SchedulerOutput`` itself (``STEP_INDEX_ATTR``,
+set by the scheduler): the same object in-process, and a pickled copy, the
+attribute included, on vLLM's multiprocessing executor. ``sample_tokens`` has
+no ``SchedulerOutput``; it always follows its own ``execute_model`` with no
+other ``execute_model`` between, so it belongs to the last one started.
+
+Only vLLM's output rank writes (the first tensor-parallel rank of the last
+pipeline stage, whose output the executor returns): under pipeline stages that
+stage's time, which includes its wait for the previous stage's activations;
+under tensor parallelism rank 0's, the ranks being in lockstep.
+
+No vLLM import; torch is imported only for CUDA events.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from engine_worker.step_ring import STEP_INDEX_ATTR, StepRing
+
+_TIMER_ATTR = "_dlfp_device_timer"
+"""Where an installed timer sits on the worker (the install is idempotent)."""
+
+
+class StepClock(Protocol):
+    """Marks instants on the device, and gives the time between two once known."""
+
+    def mark(self) -> Any: ...
+    def elapsed_s(self, start: Any, end: Any, *, wait: bool) -> float | None: ...
+
+
+class PerfCounterClock:
+    """Host time: the CPU backend executes a step synchronously in its worker."""
+
+    def mark(self) -> float:
+        return time.perf_counter()
+
+    def elapsed_s(self, start: float, end: float, *, wait: bool) -> float:
+        return end - start
+
+
+class CudaEventClock:
+    """CUDA timing events on the current stream, read once complete."""
+
+    def mark(self) -> Any:
+        import torch
+
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def elapsed_s(self, start: Any, end: Any, *, wait: bool) -> float | None:
+        if not end.query():
+            if not wait:
+                return None
+            end.synchronize()
+        return float(start.elapsed_time(end)) / 1000.0
+
+
+@dataclass(frozen=True)
+class _Timing:
+    step_index: int
+    start: Any
+    end: Any
+
+
+class DeviceStepTimer:
+    """Times the worker's two calls of every step and writes each time to the ring."""
+
+    def __init__(self, ring: StepRing, clock: StepClock) -> None:
+        self._ring = ring
+        self._clock = clock
+        self._open: tuple[int | None, Any] | None = None
+        """The step whose ``execute_model`` started, and its start mark."""
+        self._pending: deque[_Timing] = deque()
+        # NOTE: under async scheduling vLLM's multiprocessing worker calls get_output
+        # in its output-copy thread, beside the thread running execute_model.
+        self._lock = threading.Lock()
+        self.num_written = 0
+
+    def wrap_execute_model(self, execute_model: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(execute_model)
+        def timed(scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+            self.flush()
+            step_index = getattr(scheduler_output, STEP_INDEX_ATTR, None)
+            self._open = (step_index, self._clock.mark())
+            output = execute_model(scheduler_output, *args, **kwargs)
+            if output is not None:
+                self._close(output)
+            return output
+
+        return timed
+
+    def wrap_sample_tokens(self, sample_tokens: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(sample_tokens)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            output = sample_tokens(*args, **kwargs)
+            self._close(output)
+            return output
+
+        return timed
+
+    def _close(self, output: Any) -> None:
+        opened, self._open = self._open, None
+        if opened is None or opened[0] is None:
+            return
+        timing = _Timing(opened[0], opened[1], self._clock.mark())
+        with self._lock:
+            self._pending.append(timing)
+        get_output = getattr(output, "get_output", None)
+        if callable(get_output):
+            # Async output (CUDA): the step is read once vLLM has waited for its copy.
+            output.get_output = self._flush_after(get_output)
+        else:
+            self.flush(wait=True)
+
+    def _flush_after(self, get_output: Callable[[], Any]) -> Callable[[], Any]:
+        @functools.wraps(get_output)
+        def flushed() -> Any:
+            result = get_output()
+            self.flush()
+            return result
+
+        return flushed
+
+    def flush(self, *, wait: bool = False) -> None:
+        """Write the timings whose end is known, oldest first.
+
+        ``wait`` is for an output already synchronised: its end event is at most
+        the last one recorded on an idle stream.
+        """
+        with self._lock:
+            while self._pending:
+                timing = self._pending[0]
+                elapsed_s = self._clock.elapsed_s(timing.start, timing.end, wait=wait)
+                if elapsed_s is None:
+                    return
+                self._pending.popleft()
+                self._ring.write(timing.step_index, elapsed_s)
+                self.num_written += 1
+
+
+def install(worker: Any, ring: StepRing, *, is_cuda: bool) -> DeviceStepTimer:
+    """Wrap ``worker.execute_model`` and ``worker.sample_tokens`` once (idempotent).
+
+    NOTE: instance attributes, not a subclass: vLLM appends a worker extension to
+    the worker's bases and refuses any name the worker already has, so an
+    extension cannot override either method. Both executors look the methods up
+    on the worker instance at each call (``WorkerWrapperBase`` delegates to it).
+    """
+    existing = getattr(worker, _TIMER_ATTR, None)
+    if isinstance(existing, DeviceStepTimer):
+        return existing
+    clock: StepClock = CudaEventClock() if is_cuda else PerfCounterClock()
+    timer = DeviceStepTimer(ring, clock)
+    worker.execute_model = timer.wrap_execute_model(worker.execute_model)
+    worker.sample_tokens = timer.wrap_sample_tokens(worker.sample_tokens)
+    setattr(worker, _TIMER_ATTR, timer)
+    return timer

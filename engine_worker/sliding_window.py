@@ -1,0 +1,49 @@
+"""A sliding window of the last values, kept sorted: its median and quantiles at once.
+
+Pure Python, on the scheduler's hot path: each value costs a ``bisect.insort`` and, once
+the window is full, the removal of the oldest; a quantile is one index. It serves the
+cost model's speed factors and decode-step median, the deadline plan's margin, and the
+host's share under ``observation: device``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+
+
+class SlidingWindow:
+    """The last ``capacity`` values."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError("a window holds at least one value")
+        self._capacity = capacity
+        self._values: deque[float] = deque()
+        self._sorted: list[float] = []
+
+    @property
+    def size(self) -> int:
+        return len(self._values)
+
+    def add(self, value: float) -> None:
+        self._values.append(value)
+        bisect.insort(self._sorted, value)
+        if len(self._values) > self._capacity:
+            old = self._values.popleft()
+            del self._sorted[bisect.bisect_left(self._sorted, old)]
+
+    def median(self) -> float:
+        """The median (the mean of the two middle values of an even count); needs a value."""
+        values, middle = self._sorted, len(self._sorted) // 2
+        return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+    def quantile(self, q: float) -> float:
+        """The ``q`` quantile by nearest rank; needs a value."""
+        n = len(self._sorted)
+        return self._sorted[min(max(math.ceil(q * n) - 1, 0), n - 1)]
+
+    def clear(self) -> None:
+        self._values.clear()
+        self._sorted.clear()
