@@ -13,7 +13,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed-$(DEVICE)
 EXTRA_INDEX := $(if $(PIP_EXTRA_INDEX_URL),--extra-index-url $(PIP_EXTRA_INDEX_URL))
 
-.PHONY: install serve test test-quick test-engine lint bench clean
+.PHONY: install serve test test-quick test-engine lint bench gpu-check clean
 
 install: $(STAMP)
 
@@ -50,6 +50,14 @@ lint: install
 # 2-core CPU; resumable). Other studies: bench/run_study.sh bench/studies/<name>.toml.
 bench: install
 	bench/run_study.sh bench/studies/capacity.toml
+
+# The GPU path end to end on an 8B-shaped random-weight model, no download (bench/gpu_check.py;
+# GPU_CHECK_ARGS="--shape 1b" for a GPU under 24 GB). Refuses at once where no GPU is listed.
+GPU_CHECK_ARGS ?=
+gpu-check:
+	$(if $(shell nvidia-smi -L 2>/dev/null | grep '^GPU '),,$(error make gpu-check needs an NVIDIA GPU, and nvidia-smi -L lists none))
+	$(MAKE) install DEVICE=gpu
+	$(VENV)/bin/dlfp-gateway bench gpu-check --device cuda $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

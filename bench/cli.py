@@ -189,7 +189,16 @@ def compare_handler(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """``dlfp-gateway bench`` and its sub-commands."""
-    from bench import abuse, chunks, crosscheck, episodes, overhead, vllm_server
+    from bench import (
+        abuse,
+        chunks,
+        crosscheck,
+        device_timer_cost,
+        episodes,
+        gpu_check,
+        overhead,
+        vllm_server,
+    )
 
     bench = argparse.ArgumentParser(
         prog="dlfp-gateway bench",
@@ -266,6 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     abuse.add_parser(sub)
     episodes.add_parser(sub)
     overhead.add_parser(sub)
+    gpu_check.add_parser(sub)
+    device_timer_cost.add_parser(sub)
     return bench
 
 

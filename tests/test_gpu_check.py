@@ -1,0 +1,73 @@
+"""``make gpu-check`` and ``bench gpu-check`` without a GPU (quick tier): the refusal before
+any install, and the random-weight model the check makes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from bench.gpu_check import SHAPES, Report, make_model_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fake_nvidia_smi(folder: Path, listing: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "nvidia-smi"
+    script.write_text(f"#!/bin/sh\nprintf '%s' '{listing}'\n", encoding="utf-8")
+    script.chmod(0o755)
+    return folder
+
+
+def test_make_gpu_check_refuses_without_a_gpu_before_installing(tmp_path: Path) -> None:
+    bin_dir = _fake_nvidia_smi(tmp_path / "bin", "")
+    venv = tmp_path / "venv"
+    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    result = subprocess.run(
+        ["make", "-C", str(ROOT), "--no-print-directory", "gpu-check", f"VENV={venv}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    lines = (result.stdout + result.stderr).strip().splitlines()
+    assert result.returncode != 0
+    assert len(lines) == 1 and "nvidia-smi -L lists none" in lines[0], lines
+    assert not venv.exists()  # the install step never ran
+
+
+def test_the_8b_shape_is_llama_8b_with_the_embedded_tokenizer(tmp_path: Path) -> None:
+    tokenizer = tmp_path / "tokenizer"
+    tokenizer.mkdir()
+    vocab = {f"t{i}": i for i in range(100)}
+    (tokenizer / "tokenizer.json").write_text(json.dumps({"model": {"vocab": vocab}}))
+    added = {"100": {"content": "<|im_start|>"}, "101": {"content": "<|im_end|>"}}
+    (tokenizer / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": added}))
+    model = make_model_dir("8b", tokenizer, tmp_path / "model")
+    config = json.loads((model / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    assert (config["hidden_size"], config["num_hidden_layers"]) == (4096, 32)
+    assert (config["num_attention_heads"], config["num_key_value_heads"]) == (32, 8)
+    assert (config["intermediate_size"], config["max_position_embeddings"]) == (14336, 8192)
+    assert config["vocab_size"] == 102
+    assert (model / "tokenizer.json").exists() and not list(model.glob("*.safetensors"))
+    assert SHAPES["1b"]["hidden_size"] < SHAPES["8b"]["hidden_size"]
+
+
+def test_a_reported_check_does_not_fail_the_run_and_a_failed_one_does() -> None:
+    report = Report(device="cpu", model="tiny")
+    report.add("episodes", None, "reported on the CPU")
+    report.add("device_ms", True, "every step")
+    assert report.ok and "| episodes | reported |" in report.table()
+    report.add("scheduler", False, "wrong class")
+    assert not report.ok and "**fail**" in report.table()
+
+
+def test_the_device_timer_cost_bench_times_every_step() -> None:
+    from bench.device_timer_cost import measure
+
+    result = measure(num_blocks=4, block_steps=50)
+    assert result["num_written"] == 4 * 50  # the timed arm's every step reached the ring
+    assert result["added_us"] == result["added_us"]  # a number, not NaN
