@@ -53,6 +53,7 @@ from typing import Any
 from bench.stats import percentile
 from engine_worker.cost_model import StepShape, chunk_attention
 from engine_worker.cpu_features import cpu_family_model, cpu_model_name
+from engine_worker.device_defaults import defaults_for
 
 BASELINE = "vllm"
 ARMS = (BASELINE, "off", "dlfp", "dlfp-ct")
@@ -93,7 +94,7 @@ class Settings:
     block_steps: int = 20
     prompt_tokens: int = 2000
     max_num_seqs: int = 64
-    max_num_batched_tokens: int = 2048
+    max_num_batched_tokens: int = defaults_for("cpu").max_num_batched_tokens
     lone_decode_ms: float = 42.0
     seed: int = 0
 

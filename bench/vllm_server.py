@@ -23,6 +23,8 @@ from typing import Any
 
 import httpx
 
+from engine_worker.device_defaults import defaults_for
+
 
 @dataclass(frozen=True)
 class VllmServerConfig:
@@ -31,7 +33,7 @@ class VllmServerConfig:
     host: str = "127.0.0.1"
     port: int = 8001
     max_model_len: int = 4096
-    max_num_batched_tokens: int = 2048
+    max_num_batched_tokens: int = defaults_for("cpu").max_num_batched_tokens
     max_num_seqs: int = 64
     dtype: str = "auto"
     kv_cache_gib: int = 2
@@ -196,13 +198,16 @@ def add_parser(sub: Any) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="local Hugging Face model directory")
     p.add_argument("--served-model-name", help="default: the directory's name")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8001)
-    p.add_argument("--max-model-len", type=int, default=4096)
-    p.add_argument("--max-num-batched-tokens", type=int, default=2048)
-    p.add_argument("--max-num-seqs", type=int, default=64)
-    p.add_argument("--dtype", default="auto")
-    p.add_argument("--kv-cache-gib", type=int, default=2, help="VLLM_CPU_KVCACHE_SPACE")
+    d = VllmServerConfig  # the defaults, once: the dataclass's
+    p.add_argument("--host", default=d.host)
+    p.add_argument("--port", type=int, default=d.port)
+    p.add_argument("--max-model-len", type=int, default=d.max_model_len)
+    p.add_argument("--max-num-batched-tokens", type=int, default=d.max_num_batched_tokens)
+    p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs)
+    p.add_argument("--dtype", default=d.dtype)
+    p.add_argument(
+        "--kv-cache-gib", type=int, default=d.kv_cache_gib, help="VLLM_CPU_KVCACHE_SPACE"
+    )
     p.add_argument(
         "--vllm-arg",
         action="append",

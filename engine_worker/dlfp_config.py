@@ -142,28 +142,3 @@ class DLFPConfig(BaseModel):
                     f"{name}={value} is not a multiple of step_tokens={self.step_tokens}"
                 )
         return self
-
-    @classmethod
-    def defaults_for(cls, device: Device) -> DLFPConfig:
-        """Per-device defaults (docs/scheduler.md, "Controller defaults").
-
-        The class defaults are the CPU ones, for the embedded SmolLM2-135M on two
-        cores. The target is ``auto`` on both devices: 0.6 x the ITL objective
-        (300 ms on CPU, 60 ms on CUDA), or twice the measured decode-only step if
-        that is more, so that a mixed step always leaves room for prefill.
-        """
-        if device == "cuda":
-            # The paper's cap settings (arXiv 2609.38386, section "Evaluation"); its
-            # 80 ms target is --target-ms 80.
-            return cls(
-                initial_cap_tokens=3072,
-                min_cap_tokens=1024,
-                max_cap_tokens=6144,
-                step_tokens=128,
-                fixed_cap_tokens=2048,
-                ttft_slo_ms=2_000.0,
-                itl_slo_ms=100.0,
-                # Under async scheduling the host's completion is not the GPU's.
-                observation=Observation.DEVICE,
-            )
-        return cls()

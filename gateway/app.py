@@ -1,4 +1,4 @@
-"""``create_app(settings, engine)``: the FastAPI application and its lifespan."""
+"""``create_app(settings, engine, dlfp)``: the FastAPI application and its lifespan."""
 
 from __future__ import annotations
 
@@ -40,15 +40,17 @@ async def _start_engine(state: GatewayState) -> None:
 def create_app(
     settings: Settings,
     engine: Engine,
-    dlfp: DLFPConfig | None = None,
+    dlfp: DLFPConfig,
     metrics: GatewayMetrics | None = None,
 ) -> FastAPI:
-    """The gateway: starts ``engine`` in the background and stops it with the app."""
+    """The gateway: starts ``engine`` in the background and stops it with the app.
+    ``dlfp`` is the controller's settings at start, for the engine's device
+    (``Settings.dlfp_config``)."""
     state = GatewayState(
         settings=settings,
         engine=engine,
         metrics=metrics or build_metrics(),
-        dlfp=dlfp or settings.dlfp_config("cpu"),
+        dlfp=dlfp,
         admission=Admission(settings.admission_limits()),
         watch=EngineWatch(settings.engine_stall_s),
     )

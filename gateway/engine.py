@@ -8,6 +8,7 @@ from typing import Any
 
 from engine_worker.api import Engine
 from engine_worker.device import detect_device
+from engine_worker.device_defaults import defaults_for
 from engine_worker.dlfp_config import Device, DLFPConfig
 from gateway.settings import Settings
 
@@ -39,7 +40,7 @@ def build_engine(
         device=device,
         max_model_len=settings.max_model_len,
         max_num_batched_tokens=settings.max_num_batched_tokens
-        or (8192 if device == "cuda" else 2048),
+        or defaults_for(device).max_num_batched_tokens,
         max_num_seqs=settings.max_num_seqs,
         dtype=settings.dtype,
         dlfp=dlfp,

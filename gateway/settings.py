@@ -27,6 +27,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from engine_worker.device_defaults import defaults_for
 from engine_worker.dlfp_config import Device, DLFPConfig
 from gateway.admission import AdmissionLimits
 from gateway.errors import first_error
@@ -239,7 +240,7 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
         Raises ``SettingsError`` (one line) if the combination is invalid."""
         explicit = {name: getattr(self, name) for name in DLFP_FIELDS}
         overrides = {name: value for name, value in explicit.items() if value is not None}
-        base = DLFPConfig.defaults_for(device).model_dump()
+        base = defaults_for(device).dlfp.model_dump()
         try:
             return DLFPConfig.model_validate(base | overrides)
         except ValidationError as exc:

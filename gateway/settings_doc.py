@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
+from engine_worker.device_defaults import defaults_for
 from engine_worker.dlfp_config import DLFPConfig
 from gateway.admission import AdmissionLimits
 from gateway.settings import ADMISSION_FIELDS, DLFP_FIELDS, Settings
@@ -196,7 +197,7 @@ def _server_table() -> list[str]:
 
 def render() -> str:
     """The whole of ``docs/settings.md``."""
-    dlfp_defaults: list[BaseModel] = [DLFPConfig.defaults_for(d) for d in ("cpu", "cuda")]
+    dlfp_defaults: list[BaseModel] = [defaults_for(d).dlfp for d in ("cpu", "cuda")]
     sections = [
         INTRO,
         "\n".join([SERVER_INTRO, "", *_server_table()]),

@@ -18,10 +18,15 @@ from gateway.settings import Settings
 from tests.fakes import FakeEngine
 
 
+def fake_app(settings: Settings, engine: FakeEngine) -> FastAPI:
+    """The app on the FAKE engine, which stands for a CPU engine: the CPU defaults."""
+    return create_app(settings, engine, settings.dlfp_config("cpu"))
+
+
 @asynccontextmanager
 async def running_app(engine: FakeEngine, **settings: Any) -> AsyncIterator[FastAPI]:
     """The app on ``engine`` with its lifespan running and the engine started."""
-    app = create_app(Settings(_env_file=None, **settings), engine)  # type: ignore[call-arg]
+    app = fake_app(Settings(_env_file=None, **settings), engine)  # type: ignore[call-arg]
     async with app.router.lifespan_context(app):
         await app.state.engine_starter
         yield app

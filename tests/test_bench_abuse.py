@@ -20,10 +20,10 @@ from bench.abuse import SCENARIO_NAMES, check_loopback
 from bench.abuse_burst import StreamRecord, judge_burst
 from bench.abuse_scenarios import SCENARIOS
 from bench.cli import main
-from gateway.app import create_app
 from gateway.settings import Settings
 from tests.conftest import free_port
 from tests.fakes import FakeEngine
+from tests.http_helpers import fake_app
 
 
 class SlowPromptFakeEngine(FakeEngine):
@@ -38,7 +38,7 @@ class SlowPromptFakeEngine(FakeEngine):
 @contextmanager
 def served(engine: FakeEngine, **settings: Any) -> Iterator[str]:
     """The app under uvicorn in a thread of its own, so the CLI can run its own loop."""
-    app = create_app(Settings(_env_file=None, **settings), engine)  # type: ignore[call-arg]
+    app = fake_app(Settings(_env_file=None, **settings), engine)  # type: ignore[call-arg]
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)

@@ -10,16 +10,16 @@ import httpx
 import uvicorn
 
 from bench.studies.big_prompts import Options, print_table, run
-from gateway.app import create_app
 from gateway.settings import Settings
 from tests.conftest import free_port
 from tests.fakes import FakeEngine
+from tests.http_helpers import fake_app
 
 
 async def test_big_prompts_bench_runs_on_a_short_configuration() -> None:
     engine = FakeEngine(delay_s=0.01)
     engine.info.extra["max_token_bytes"] = 4
-    app = create_app(Settings(_env_file=None, max_body_bytes=4096), engine)  # type: ignore[call-arg]
+    app = fake_app(Settings(_env_file=None, max_body_bytes=4096), engine)  # type: ignore[call-arg]
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, port=port, log_config=None, access_log=False))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -14,7 +14,6 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 import pytest
 
-from gateway.routes import dashboard
 from tests.cdp import launch_chromium
 from tests.conftest import ARTIFACTS, TINY_MODEL_NAME, Server
 from tests.http_helpers import fake_client
@@ -38,9 +37,7 @@ POINTS_JS = """JSON.stringify(Object.fromEntries([...document.querySelectorAll("
 @asynccontextmanager
 async def dashboard_client() -> AsyncIterator[httpx.AsyncClient]:
     async with fake_client() as (client, app, _):
-        # Until create_app wires the dashboard in, the test does.
-        if not any(getattr(route, "path", None) == "/dashboard" for route in app.routes):
-            app.include_router(dashboard.router)
+        assert any(getattr(route, "path", None) == "/dashboard" for route in app.routes)
         yield client
 
 

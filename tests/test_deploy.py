@@ -24,12 +24,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.routing import Route
 
 from engine_worker.embedded_model import SOURCE_DISTRIBUTION, SOURCE_VERSION
-from gateway.app import create_app
 from gateway.server import CUT_GRACE_S, UVICORN_SHUTDOWN_S
 from gateway.settings import SECRET_FIELDS, Settings
 from tests.conftest import Server
 from tests.fakes import FakeEngine
-from tests.http_helpers import fake_client
+from tests.http_helpers import fake_app, fake_client
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -56,7 +55,7 @@ def compose() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def routes() -> set[str]:
-    app = create_app(Settings(_env_file=None), FakeEngine())  # type: ignore[call-arg]
+    app = fake_app(Settings(_env_file=None), FakeEngine())  # type: ignore[call-arg]
     return {route.path for route in app.routes if isinstance(route, Route)}
 
 

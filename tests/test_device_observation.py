@@ -12,6 +12,7 @@ import pytest
 
 from engine_worker.controller import CapParams, PrefillCapController
 from engine_worker.cost_model import StepShape, chunk_attention
+from engine_worker.device_defaults import defaults_for
 from engine_worker.device_timer import DeviceStepTimer, install
 from engine_worker.dlfp_config import DLFPConfig, Observation
 from engine_worker.host_share import HostShareWindow
@@ -201,7 +202,7 @@ PARAMS = CapParams(
 def test_device_is_a_setting() -> None:
     assert DLFPConfig(observation="device").observation == Observation.DEVICE  # type: ignore[arg-type]
     assert DLFPConfig().observation == Observation.COMPLETION  # CPU default
-    assert DLFPConfig.defaults_for("cuda").observation == Observation.DEVICE
+    assert defaults_for("cuda").dlfp.observation == Observation.DEVICE
 
 
 def mixed_step(

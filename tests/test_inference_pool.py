@@ -21,11 +21,10 @@ import pytest
 import yaml
 from starlette.routing import Route
 
-from gateway.app import create_app
 from gateway.settings import Settings
 from tests.conftest import Server
 from tests.fakes import FakeEngine
-from tests.http_helpers import fake_client
+from tests.http_helpers import fake_app, fake_client
 from tests.test_deploy import exported_series
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -221,7 +220,7 @@ def test_http_route_sends_v1_to_the_pool() -> None:
     )
     (match,) = rule["matches"]
     assert match["path"] == {"type": "PathPrefix", "value": "/v1"}
-    app = create_app(Settings(_env_file=None), FakeEngine())  # type: ignore[call-arg]
+    app = fake_app(Settings(_env_file=None), FakeEngine())  # type: ignore[call-arg]
     paths = {route.path for route in app.routes if isinstance(route, Route)}
     assert {"/v1/chat/completions", "/v1/completions", "/v1/models"} <= paths
     assert not {p for p in paths if p.startswith("/admin")} & {match["path"]["value"]}

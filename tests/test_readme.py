@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.app import create_app
 from gateway.settings import Settings
 from tests.fakes import WORDS, FakeEngine
-from tests.http_helpers import served_in_thread
+from tests.http_helpers import fake_app, served_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -46,7 +45,7 @@ def curl_commands(text: str) -> list[str]:
 @pytest.fixture(scope="module")
 def address() -> Iterator[str]:
     engine = FakeEngine(model_name="smollm2-135m-instruct")
-    app = create_app(Settings(_env_file=None), engine)  # type: ignore[call-arg]
+    app = fake_app(Settings(_env_file=None), engine)  # type: ignore[call-arg]
     with served_in_thread(app) as where:
         yield where
 

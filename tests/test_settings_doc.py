@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from engine_worker.device_defaults import defaults_for
 from engine_worker.dlfp_config import DLFPConfig
 from gateway.admission import AdmissionLimits
 from gateway.cli import main
@@ -64,6 +65,6 @@ def test_types_and_bounds_come_from_the_fields() -> None:
 
 
 def test_per_device_defaults_are_both_shown() -> None:
-    cpu, cuda = DLFPConfig.defaults_for("cpu"), DLFPConfig.defaults_for("cuda")
+    cpu, cuda = defaults_for("cpu").dlfp, defaults_for("cuda").dlfp
     row = next(line for line in render().splitlines() if line.startswith("| `step_tokens` |"))
     assert f"| `{cpu.step_tokens}` | `{cuda.step_tokens}` |" in row

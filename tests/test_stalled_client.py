@@ -17,11 +17,11 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from gateway.app import create_app
 from gateway.server import UNSENT_LIMIT_BYTES, GatewayServer, limit_unsent
 from gateway.settings import Settings
 from tests.conftest import free_port
 from tests.fakes import FakeEngine
+from tests.http_helpers import fake_app
 
 WRITE_TIMEOUT_S = 1.0
 
@@ -29,7 +29,7 @@ WRITE_TIMEOUT_S = 1.0
 @asynccontextmanager
 async def served(**settings: Any) -> AsyncIterator[tuple[str, FastAPI]]:
     engine = FakeEngine(max_model_len=100_000)
-    app = create_app(
+    app = fake_app(
         Settings(  # type: ignore[call-arg]
             _env_file=None,
             stream_write_timeout_s=WRITE_TIMEOUT_S,

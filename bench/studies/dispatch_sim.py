@@ -37,26 +37,24 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 
 from engine_worker.controller import CapParams, PrefillCapController
+from engine_worker.device_defaults import defaults_for
 from engine_worker.step_timing import StepRecord
 
 TARGET_MS = 80.0
-PARAMS = CapParams(
-    mode="dlfp",
-    target_ms=TARGET_MS,
-    gain=0.5,
-    initial_cap_tokens=3072,
-    min_cap_tokens=1024,
-    max_cap_tokens=6144,
-    step_tokens=128,
-    fixed_cap_tokens=2048,
-    feedforward=False,
-    observation="busy",
-    itl_slo_ms=500.0,
+PARAMS = CapParams.from_config(
+    defaults_for("cuda").dlfp.model_copy(
+        update={
+            "controller": "dlfp",
+            "target_ms": TARGET_MS,
+            "feedforward": False,
+            "observation": "busy",
+        }
+    )
 )
-"""The paper's evaluation settings (GPU defaults)."""
+"""The CUDA defaults, with the paper's controller, its 80 ms target and no feed-forward."""
 HORIZON_S = 120.0
 NUM_DECODING = 4
-UNCAPPED_BUDGET_TOKENS = 8192
+UNCAPPED_BUDGET_TOKENS = defaults_for("cuda").max_num_batched_tokens
 
 
 @dataclass(frozen=True)
