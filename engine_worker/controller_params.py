@@ -8,7 +8,7 @@ into a plain checked dataclass the controller runs on.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
 
 MODES = ("off", "fixed", "dlfp", "dlfp-ct")
@@ -204,3 +204,13 @@ class ControllerState:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+SCHEDULER_STATE_KEYS = ("batch_queue_size", "async_scheduling", "scheduler_cls")
+"""What the scheduler adds to the controller's state (``dlfp_get_state``): how the engine
+schedules; a batch queue above 1 means the scheduler runs ahead of execution."""
+STATE_KEYS = (
+    *(f.name for f in fields(ControllerState) if f.name != "mode"),
+    *SCHEDULER_STATE_KEYS,
+)
+"""The live state ``/admin/dlfp`` shows (the mode as ``controller``)."""

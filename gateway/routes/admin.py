@@ -16,6 +16,7 @@ from fastapi import APIRouter, Body, Query, Request
 from pydantic import ValidationError
 
 from engine_worker.api import EngineDeadError, EngineNotReadyError, InvalidRequestError
+from engine_worker.controller_params import STATE_KEYS
 from engine_worker.dlfp_config import DLFPConfig
 from gateway.admission import AdmissionLimits
 from gateway.deps import AdminDep, GatewayDep
@@ -26,37 +27,6 @@ logger = logging.getLogger("dlfp.admin")
 
 router = APIRouter(prefix="/admin", tags=["admin"])
 
-STATE_KEYS = (
-    "cap_tokens",
-    "last_observation_ms",
-    "num_updates",
-    "last_update_unix_s",
-    "num_mixed_steps",
-    "num_decode_free_steps",
-    "target_ms",
-    "target_source",
-    "feedforward",
-    "cost_model_ready",
-    "allowance",
-    "cost_coefficients",
-    # The deadline plan (None under any other plan or mode).
-    "plan",
-    "margin",
-    "margin_correction",
-    "margin_samples",
-    "num_zero_prefill_steps",
-    "num_ttft_overdue_steps",
-    "num_deadline_steps",
-    "num_deadline_misses",
-    # dlfp-ct: the observation the latest step was fed back by (device falls back to
-    # completion where no device time came), and the host share the plan adds under device.
-    "observation_in_force",
-    "host_share_ms",
-    # How the engine schedules: > 1 batch in flight means the scheduler runs ahead.
-    "batch_queue_size",
-    "async_scheduling",
-    "scheduler_cls",
-)
 _ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorResponse} for s in (401, 403, 422, 503)
 }
@@ -102,8 +72,6 @@ async def _snapshot(gateway: GatewayState, state: dict[str, Any] | None = None) 
         "state": {key: live.get(key) for key in STATE_KEYS}
         | {
             "controller": live.get("mode"),
-            "num_steps": live.get("num_steps"),
-            "num_stale_observations": live.get("num_stale_observations"),
             # What the scheduler itself runs with: equal to "settings" unless a change failed.
             "settings_in_engine": live.get("config"),
             # Resolved at start from the device and CPU (``auto`` = by capability).
