@@ -1,7 +1,7 @@
 """The controller's interface: its parameters (checked) and a read-only view of its state.
 
 Pure Python, like ``controller``: ``DLFPConfig`` (pydantic) is the one place the
-settings and their defaults are declared; ``CapParams.from_config`` copies them
+settings, their enums and their defaults are declared; ``CapParams.from_config`` copies them
 into a plain checked dataclass the controller runs on.
 """
 
@@ -11,16 +11,18 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
 
-MODES = ("off", "fixed", "dlfp", "dlfp-ct")
-"""Controller modes, spelled as ``ControllerMode`` values."""
+from engine_worker.dlfp_config import ControllerMode, Observation, Plan
+
+MODES = tuple(mode.value for mode in ControllerMode)
+"""Controller modes: the ``ControllerMode`` values."""
 AUTO_TARGET_SLO_FRACTION = 0.6
 """An ``auto`` target is at least this share of the ITL objective ..."""
 AUTO_TARGET_DECODE_MULTIPLE = 2.0
 """... and at least this multiple of the measured decode-only step (room for prefill)."""
-OBSERVATIONS = ("busy", "completion", "max", "device")
-"""``dlfp-ct`` observations, spelled as ``Observation`` values."""
-PLANS = ("deadline", "target")
-"""``dlfp-ct`` plans, spelled as ``Plan`` values."""
+OBSERVATIONS = tuple(observation.value for observation in Observation)
+"""``dlfp-ct`` observations: the ``Observation`` values."""
+PLANS = tuple(plan.value for plan in Plan)
+"""``dlfp-ct`` plans: the ``Plan`` values."""
 MIN_ALLOWANCE = 0.25
 MAX_ALLOWANCE = 2.0
 """Bounds of the feed-forward allowance (a factor on the target the model plans for)."""
