@@ -14,6 +14,7 @@ import pytest
 
 from engine_worker.controller import CapParams, ControllerState, PrefillCapController
 from engine_worker.dlfp_config import ControllerMode, DLFPConfig
+from tests.fake_clock import FakeClock
 
 TARGET_MS = 200.0
 PARAMS = CapParams(
@@ -31,19 +32,6 @@ PARAMS = CapParams(
 )
 
 
-class FakeClock:
-    """Monotonic seconds that only move when told to."""
-
-    def __init__(self) -> None:
-        self.now_s = 1000.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-    def advance(self, seconds: float) -> None:
-        self.now_s += seconds
-
-
 @dataclass
 class ToyPlant:
     """Iteration time of a step with ``prefill_tokens`` beside the decodes."""
@@ -59,7 +47,7 @@ class ToyPlant:
 
 
 def make_controller(params: CapParams = PARAMS) -> tuple[PrefillCapController, FakeClock]:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     return PrefillCapController(params, clock=clock, wall_clock=clock), clock
 
 
@@ -223,7 +211,7 @@ def test_apply_config_at_runtime() -> None:
     config = DLFPConfig(
         controller=ControllerMode.DLFP_CT, target_ms=TARGET_MS, gain=0.5, initial_cap_tokens=128
     )
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     controller = PrefillCapController.from_config(config, clock=clock, wall_clock=clock)
     plant = ToyPlant()
     run_sync_steps(controller, clock, plant, num_steps=60)
@@ -276,7 +264,7 @@ def test_state_is_a_read_only_snapshot_with_telemetry_keys() -> None:
         "num_mixed_steps",
         "num_decode_free_steps",
     } <= state.to_dict().keys()
-    assert state.num_updates == 3 and state.last_update_unix_s == clock.now_s
+    assert state.num_updates == 3 and state.last_update_unix_s == clock.now
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from engine_worker.device_timer import DeviceStepTimer, install
 from engine_worker.dlfp_config import DLFPConfig, Observation
 from engine_worker.host_share import HostShareWindow
 from engine_worker.step_ring import STEP_INDEX_ATTR, StepRing
+from tests.fake_clock import FakeClock
 from tests.toy_plant import ContextPlant
 
 
@@ -65,17 +66,6 @@ def test_attach_refuses_a_segment_too_small(ring: StepRing) -> None:
 
 
 # --- the worker's timer -----------------------------------------------------
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now_s = 100.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-    def advance(self, seconds: float) -> None:
-        self.now_s += seconds
 
 
 class LazyClock:
@@ -141,7 +131,7 @@ def timed_worker(
 
 
 def test_timer_spans_execute_model_and_sample_tokens(ring: StepRing) -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     worker = timed_worker(ring, clock, LazyClock(clock))
     assert step(worker, 0) == "output"
     assert ring.read(0) == pytest.approx(0.040)
@@ -151,7 +141,7 @@ def test_timer_spans_execute_model_and_sample_tokens(ring: StepRing) -> None:
 
 
 def test_timer_skips_a_step_without_an_index(ring: StepRing) -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     worker = timed_worker(ring, clock, LazyClock(clock))
     step(worker, None)
     step(worker, 1)
@@ -159,7 +149,7 @@ def test_timer_skips_a_step_without_an_index(ring: StepRing) -> None:
 
 
 def test_async_output_is_read_once_complete_never_waited_for(ring: StepRing) -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     lazy = LazyClock(clock)
     worker = timed_worker(ring, clock, lazy, is_async=True)
     output = step(worker, 0)
@@ -173,7 +163,7 @@ def test_async_output_is_read_once_complete_never_waited_for(ring: StepRing) -> 
 
 
 def test_install_wraps_once_with_host_time_on_cpu(ring: StepRing) -> None:
-    worker = FakeWorker(FakeClock())
+    worker = FakeWorker(FakeClock(100.0))
     timer = install(worker, ring, is_cuda=False)
     assert install(worker, ring, is_cuda=False) is timer
     step(worker, 5)

@@ -12,6 +12,7 @@ from engine_worker.dlfp_config import DLFPConfig, Observation
 from engine_worker.engine import _bind_cpu_workers, _honour_async_scheduling
 from engine_worker.step_timing import StepRecord, StepTimeline
 from gateway.settings import Settings
+from tests.fake_clock import FakeClock
 
 PARAMS = CapParams(
     mode="dlfp-ct",
@@ -92,14 +93,6 @@ def test_observation_setting_reaches_the_controller(monkeypatch: pytest.MonkeyPa
     assert PrefillCapController.from_config(config).params.observation == "busy"
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now_s = 0.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-
 def run_sync_loop(observation: str, host_s: float, device_s: float, num_steps: int = 30) -> int:
     """A synchronous loop whose steps take ``device_s`` on the device and ``host_s`` between."""
     clock = FakeClock()
@@ -110,9 +103,9 @@ def run_sync_loop(observation: str, host_s: float, device_s: float, num_steps: i
         cap = controller.on_schedule(2)
         assert cap is not None
         controller.on_scheduled(cap, 2)
-        clock.now_s += device_s
+        clock.now += device_s
         controller.on_step_done()
-        clock.now_s += host_s
+        clock.now += host_s
     state = controller.state
     assert state.cap_tokens is not None
     return state.cap_tokens
