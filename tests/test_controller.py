@@ -14,20 +14,17 @@ import pytest
 
 from engine_worker.controller import CapParams, ControllerState, PrefillCapController
 from engine_worker.dlfp_config import ControllerMode, DLFPConfig
+from tests.cap_params import cap_params
 from tests.fake_clock import FakeClock
 
 TARGET_MS = 200.0
-PARAMS = CapParams(
-    mode="dlfp-ct",
+PARAMS = cap_params(
     target_ms=TARGET_MS,
-    gain=0.5,
     initial_cap_tokens=128,
     min_cap_tokens=16,
-    max_cap_tokens=1024,
     step_tokens=16,
     fixed_cap_tokens=64,
     feedforward=False,
-    itl_slo_ms=500.0,
     observation="busy",
 )
 
@@ -290,19 +287,15 @@ def test_quantise_rounds_then_clamps() -> None:
 
 def test_cap_leaves_the_lower_bound_when_one_update_is_under_half_a_step() -> None:
     """Regression: with min == step and gain 0.5, a quantised state never grew."""
-    from engine_worker.controller import CapParams, PrefillCapController
+    from engine_worker.controller import PrefillCapController
 
-    params = CapParams(
-        mode="dlfp-ct",
+    params = cap_params(
         target_ms=60_000.0,
-        gain=0.5,
         initial_cap_tokens=16,
         min_cap_tokens=16,
-        max_cap_tokens=1024,
         step_tokens=16,
         fixed_cap_tokens=16,
         feedforward=False,
-        itl_slo_ms=500.0,
         observation="busy",
     )
     controller = PrefillCapController(params, clock=lambda: 0.0, wall_clock=lambda: 0.0)

@@ -17,24 +17,12 @@ import pytest
 
 from engine_worker.controller import CapParams, PrefillCapController
 from engine_worker.cost_model import StepShape, chunk_attention
+from tests.cap_params import cap_params
 from tests.toy_plant import ContextPlant
 
 ITL_SLO_MS = 500.0
 PLANT = ContextPlant(base_s=0.060, decode_s=0.0075, noise=0.08)
-PARAMS = CapParams(
-    mode="dlfp-ct",
-    target_ms=None,
-    gain=0.5,
-    initial_cap_tokens=256,
-    min_cap_tokens=8,
-    max_cap_tokens=1024,
-    step_tokens=8,
-    fixed_cap_tokens=128,
-    feedforward=True,
-    itl_slo_ms=ITL_SLO_MS,
-    observation="completion",
-    plan="deadline",
-)
+PARAMS = cap_params(itl_slo_ms=ITL_SLO_MS)
 
 
 @dataclass

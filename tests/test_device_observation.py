@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from engine_worker.controller import CapParams, PrefillCapController
+from engine_worker.controller import PrefillCapController
 from engine_worker.cost_model import StepShape, chunk_attention
 from engine_worker.device_defaults import defaults_for
 from engine_worker.device_timer import DeviceStepTimer, install
 from engine_worker.dlfp_config import DLFPConfig, Observation
 from engine_worker.host_share import HostShareWindow
 from engine_worker.step_ring import STEP_INDEX_ATTR, StepRing
+from tests.cap_params import cap_params
 from tests.fake_clock import FakeClock
 from tests.toy_plant import ContextPlant
 
@@ -174,18 +175,13 @@ def test_install_wraps_once_with_host_time_on_cpu(ring: StepRing) -> None:
 
 # --- the controller ---------------------------------------------------------
 
-PARAMS = CapParams(
-    mode="dlfp-ct",
+PARAMS = cap_params(
     target_ms=100.0,
-    gain=0.5,
-    initial_cap_tokens=256,
     min_cap_tokens=32,
-    max_cap_tokens=1024,
     step_tokens=32,
     fixed_cap_tokens=64,
     feedforward=False,
     observation="device",
-    itl_slo_ms=500.0,
 )
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from engine_worker.controller import CapParams, PrefillCapController
 from engine_worker.cost_model import StepCostModel, StepShape, chunk_attention, plan_prefill
+from tests.cap_params import cap_params
 from tests.toy_plant import ContextPlant
 
 TARGET_MS = 300.0
@@ -22,17 +23,13 @@ TARGET_MS = 300.0
 def params(
     feedforward: bool, target_ms: float | None = TARGET_MS, step_tokens: int = 32
 ) -> CapParams:
-    return CapParams(
-        mode="dlfp-ct",
+    return cap_params(
         target_ms=target_ms,
-        gain=0.5,
         initial_cap_tokens=8 * step_tokens,
         min_cap_tokens=step_tokens,
-        max_cap_tokens=1024,
         step_tokens=step_tokens,
         fixed_cap_tokens=4 * step_tokens,
         feedforward=feedforward,
-        itl_slo_ms=500.0,
         observation="busy",
         plan="target",
     )

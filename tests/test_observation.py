@@ -7,25 +7,16 @@ from dataclasses import replace
 
 import pytest
 
-from engine_worker.controller import CapParams, PrefillCapController
+from engine_worker.controller import PrefillCapController
 from engine_worker.dlfp_config import DLFPConfig, Observation
 from engine_worker.engine import _bind_cpu_workers, _honour_async_scheduling
 from engine_worker.step_timing import StepRecord, StepTimeline
 from gateway.settings import Settings
+from tests.cap_params import cap_params
 from tests.fake_clock import FakeClock
 
-PARAMS = CapParams(
-    mode="dlfp-ct",
-    target_ms=100.0,
-    gain=0.5,
-    initial_cap_tokens=256,
-    min_cap_tokens=32,
-    max_cap_tokens=1024,
-    step_tokens=32,
-    fixed_cap_tokens=64,
-    feedforward=False,
-    observation="completion",
-    itl_slo_ms=500.0,
+PARAMS = cap_params(
+    target_ms=100.0, min_cap_tokens=32, step_tokens=32, fixed_cap_tokens=64, feedforward=False
 )
 
 
