@@ -154,7 +154,18 @@ class EngineInfo:
     model_name: str
     max_model_len: int
     device: str
-    extra: dict[str, Any] = field(default_factory=dict)
+    max_token_bytes: int | None = None
+    """The tokenizer's longest token in UTF-8 bytes: a prompt of B bytes is at least
+    B / max_token_bytes tokens (the cheap length check before tokenizing); None = unknown."""
+    priority_scheduling: bool = False
+    """Whether vLLM schedules by request priority (``policy: priority``)."""
+    async_scheduling: bool | None = None
+    batch_queue_size: int | None = None
+    """vLLM's ``max_concurrent_batches``: above 1 the scheduler runs ahead of execution."""
+    dtype: str | None = None
+    """The dtype the engine runs in, resolved at start (``auto`` by the CPU's capability)."""
+    cpu_features: list[str] = field(default_factory=list)
+    """The CPU features the dtype choice read (empty off the CPU)."""
     root: str = ""
     """What the served name stands for: the model directory, or the embedded model."""
     sampling_defaults: dict[str, Any] = field(default_factory=dict)

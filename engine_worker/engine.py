@@ -373,9 +373,7 @@ class VLLMEngine:
 
             await llm.collective_rpc(ALLOCATE_METHOD)
         self._tokenizer = llm.get_tokenizer()
-        self.info.extra["max_token_bytes"] = await asyncio.to_thread(
-            _max_token_bytes, self._tokenizer
-        )
+        self.info.max_token_bytes = await asyncio.to_thread(_max_token_bytes, self._tokenizer)
         await asyncio.to_thread(self._prepare_chat, llm)
         structured = llm.vllm_config.structured_outputs_config
         if structured.backend == "xgrammar":  # the vetter compiles as xgrammar does
@@ -473,9 +471,9 @@ class VLLMEngine:
 
             is_async = bool(vllm_config.scheduler_config.async_scheduling)
             vllm_config.scheduler_config.scheduler_cls = scheduler_cls_name(is_async)
-        self.info.extra["async_scheduling"] = bool(vllm_config.scheduler_config.async_scheduling)
-        self.info.extra["batch_queue_size"] = int(vllm_config.max_concurrent_batches)
-        self.info.extra["priority_scheduling"] = vllm_config.scheduler_config.policy == "priority"
+        self.info.async_scheduling = bool(vllm_config.scheduler_config.async_scheduling)
+        self.info.batch_queue_size = int(vllm_config.max_concurrent_batches)
+        self.info.priority_scheduling = vllm_config.scheduler_config.policy == "priority"
         llm = AsyncLLM.from_vllm_config(
             vllm_config=vllm_config,
             usage_context=context,
@@ -494,7 +492,7 @@ class VLLMEngine:
         requested = self.spec.dtype
         self.spec.dtype = resolve_dtype(requested, self.spec.device, flags)
         features = reported_features(flags)
-        self.info.extra |= {"dtype": self.spec.dtype, "cpu_features": features}
+        self.info.dtype, self.info.cpu_features = self.spec.dtype, list(features)
         logger.info(
             "engine configuration",
             extra={

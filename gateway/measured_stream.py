@@ -60,7 +60,7 @@ class MeasuredStream:
         """Enqueue in the engine; if the engine refuses, frees the slot and raises."""
         engine = self.gateway.engine
         # vLLM refuses a priority unless it runs priority scheduling.
-        priority = priority if engine.info.extra.get("priority_scheduling") else 0
+        priority = priority if engine.info.priority_scheduling else 0
         try:
             self._engine_stream = await engine.submit(
                 self.completion_id, prompt_ids, options, priority, salt

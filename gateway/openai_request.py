@@ -183,7 +183,7 @@ class _Input(Generic[BodyT]):
 
         Only a vocabulary of short entries makes this fire (a real model's longest
         entry is a hundred bytes or more); ``prompt_ids`` then bounds the tokenizing."""
-        max_token_bytes = engine.info.extra.get("max_token_bytes")
+        max_token_bytes = engine.info.max_token_bytes
         if not isinstance(max_token_bytes, int) or max_token_bytes <= 0:
             return
         min_tokens = math.ceil(self.prompt_bytes() / (max_token_bytes * _NORMALIZATION_SLACK))

@@ -18,7 +18,7 @@ from tests.http_helpers import fake_app
 
 async def test_big_prompts_bench_runs_on_a_short_configuration() -> None:
     engine = FakeEngine(delay_s=0.01)
-    engine.info.extra["max_token_bytes"] = 4
+    engine.info.max_token_bytes = 4
     app = fake_app(Settings(_env_file=None, max_body_bytes=4096), engine)  # type: ignore[call-arg]
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, port=port, log_config=None, access_log=False))

@@ -137,7 +137,7 @@ async def test_tokenization_runs_off_the_event_loop() -> None:
 async def test_cheap_checks_come_before_tokenization() -> None:
     engine = FakeEngine()
     async with fake_client(engine, max_concurrent=1, max_queue=0) as (client, app, _):
-        engine.info.extra["max_token_bytes"] = 4
+        engine.info.max_token_bytes = 4
         r = await client.post("/v1/completions", json={"model": "fake-model", "prompt": "x" * 4000})
         assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
         assert engine.num_tokenized == 0  # refused by its size alone

@@ -75,8 +75,8 @@ async def _snapshot(gateway: GatewayState, state: dict[str, Any] | None = None) 
             # What the scheduler itself runs with: equal to "settings" unless a change failed.
             "settings_in_engine": live.get("config"),
             # Resolved at start from the device and CPU (``auto`` = by capability).
-            "dtype": gateway.engine.info.extra.get("dtype"),
-            "cpu_features": gateway.engine.info.extra.get("cpu_features"),
+            "dtype": gateway.engine.info.dtype,
+            "cpu_features": gateway.engine.info.cpu_features,
         },
     }
 
