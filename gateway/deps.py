@@ -8,8 +8,8 @@ from fastapi import Depends, Request
 
 from engine_worker.api import Engine
 from gateway.auth import bearer_token, check_api_key, is_loopback_host, key_matches
-from gateway.completions import Completions
 from gateway.errors import APIError
+from gateway.lifecycle import Lifecycle
 from gateway.state import GatewayState
 
 
@@ -22,13 +22,13 @@ def get_engine(request: Request) -> Engine:
     return get_gateway(request).engine
 
 
-def get_completions(request: Request) -> Completions:
-    return Completions(get_gateway(request), request)
+def get_lifecycle(request: Request) -> Lifecycle:
+    return Lifecycle(get_gateway(request), request)
 
 
 GatewayDep = Annotated[GatewayState, Depends(get_gateway)]
 EngineDep = Annotated[Engine, Depends(get_engine)]
-CompletionsDep = Annotated[Completions, Depends(get_completions)]
+LifecycleDep = Annotated[Lifecycle, Depends(get_lifecycle)]
 
 
 def _is_loopback(request: Request) -> bool:

@@ -14,12 +14,16 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
+from typing import Literal
 
 from engine_worker.api import GenerationChunk, SamplingOptions
 from gateway.admission import Ticket
 from gateway.state import GatewayState
 
 logger = logging.getLogger("dlfp.request")
+
+
+Outcome = Literal["ok", "aborted", "client_stalled", "server_error"]
 
 
 class MeasuredStream:
@@ -36,9 +40,7 @@ class MeasuredStream:
         self.gateway = gateway
         self.endpoint = endpoint
         self.completion_id = completion_id
-        self.outcome = "aborted"
-        """ok, aborted (the client left), client_stalled (it stopped reading) or
-        server_error; set before ``aclose()``."""
+        self._outcome: Outcome = "aborted"
         self.num_prompt_tokens = 0
         self._arrival_s = arrival_s
         self._ticket = ticket
@@ -49,6 +51,17 @@ class MeasuredStream:
         self._last_token_s: dict[int, float] = {}
         self._num_generated: dict[int, int] = {}
         self._closed = False
+
+    @property
+    def outcome(self) -> Outcome:
+        """ok, aborted (the client left: the default), client_stalled (it stopped reading)
+        or server_error, as ``dlfp_requests_total`` counts it."""
+        return self._outcome
+
+    def end_as(self, outcome: Outcome) -> None:
+        """How the request ended, told before ``aclose()``; after it, nothing changes."""
+        if not self._closed:
+            self._outcome = outcome
 
     @property
     def num_generated(self) -> int:
@@ -83,9 +96,9 @@ class MeasuredStream:
                 self._observe(chunk)
                 yield chunk
                 if chunk.finished:
-                    self.outcome = "ok"
+                    self.end_as("ok")
         except Exception:
-            self.outcome = "server_error"
+            self.end_as("server_error")
             raise
 
     async def _next_output(self, stream: AsyncIterator[GenerationChunk]) -> GenerationChunk | None:
@@ -138,16 +151,16 @@ class MeasuredStream:
             # RuntimeError: still running in a task being cancelled; the abort below ends it.
             with contextlib.suppress(RuntimeError):
                 await aclose()
-        if self.outcome != "ok":
+        if self._outcome != "ok":
             # NOTE: closing a stream that never started runs none of its cleanup,
             # so abort explicitly; vLLM ignores an abort of a finished request.
             await self.gateway.engine.abort(self.completion_id)
 
     def _record(self) -> None:
         metrics = self.gateway.metrics
-        metrics.requests.labels(endpoint=self.endpoint, outcome=self.outcome).inc()
+        metrics.requests.labels(endpoint=self.endpoint, outcome=self._outcome).inc()
         last = max(self._last_token_s.values(), default=None)
-        if self.outcome == "ok" and last is not None:
+        if self._outcome == "ok" and last is not None:
             metrics.e2e.observe(last - self._arrival_s)
         ttft = None if self._first_token_s is None else self._first_token_s - self._arrival_s
         logger.info(
@@ -156,7 +169,7 @@ class MeasuredStream:
                 "event": "request_finished",
                 "completion_id": self.completion_id,
                 "endpoint": self.endpoint,
-                "outcome": self.outcome,
+                "outcome": self._outcome,
                 "prompt_tokens": self.num_prompt_tokens,
                 "completion_tokens": self.num_generated,
                 "ttft_s": None if ttft is None else round(ttft, 4),

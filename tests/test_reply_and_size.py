@@ -31,7 +31,7 @@ from engine_worker.prompt_prefix import (
     cut_before_space,
     encode_within,
 )
-from gateway.completions import _reply_response
+from gateway.lifecycle import _reply_response
 from gateway.openai_format import ChatFormatter, CompletionFormatter, Formatter
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, ResponsesRequest, Usage
 from gateway.responses import ResponsesInput

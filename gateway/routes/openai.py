@@ -1,6 +1,6 @@
 """``/v1/chat/completions``, ``/v1/completions`` and ``/v1/models``.
 
-The handlers only name their input: ``deps.CompletionsDep`` owns the request's life.
+The handlers only name their input: ``deps.LifecycleDep`` owns the request's life.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from gateway.deps import AuthorizedV1, CompletionsDep, EngineDep
+from gateway.deps import AuthorizedV1, EngineDep, LifecycleDep
 from gateway.errors import ErrorResponse
 from gateway.openai_request import ChatInput, CompletionInput
 from gateway.protocol import (
@@ -55,19 +55,19 @@ async def list_models(engine: EngineDep) -> ModelList:
     responses={**_ERRORS, 200: {"content": _STREAM}},
 )
 async def chat_completions(
-    body: ChatCompletionRequest, completions: CompletionsDep
+    body: ChatCompletionRequest, lifecycle: LifecycleDep
 ) -> Response | BaseModel:
-    return await completions.run(ChatInput(body))
+    return await lifecycle.run(ChatInput(body))
 
 
 @router.post(
     "/v1/completions", response_model=Completion, responses={**_ERRORS, 200: {"content": _STREAM}}
 )
-async def completions(body: CompletionRequest, completions: CompletionsDep) -> Response | BaseModel:
-    return await completions.run(CompletionInput(body))
+async def completions(body: CompletionRequest, lifecycle: LifecycleDep) -> Response | BaseModel:
+    return await lifecycle.run(CompletionInput(body))
 
 
 @router.post("/v1/responses", response_model=None, responses={**_ERRORS, 200: {"content": _STREAM}})
-async def responses(body: ResponsesRequest, completions: CompletionsDep) -> Response | BaseModel:
+async def responses(body: ResponsesRequest, lifecycle: LifecycleDep) -> Response | BaseModel:
     """Stateless: ``store`` is accepted and nothing is stored."""
-    return await completions.run(ResponsesInput(body))
+    return await lifecycle.run(ResponsesInput(body))

@@ -1,6 +1,6 @@
 """A completion request's whole life, owned here and nowhere else.
 
-``Completions.run(input)`` takes a schema-valid OpenAI body through:
+``Lifecycle.run(input)`` takes a schema-valid OpenAI body through:
 
 1. the cheap checks: readiness and draining, the right to a priority below 0, the
    model, the concurrency and queue-full refusals (a reservation then counts the
@@ -46,8 +46,8 @@ from gateway.sse import DONE, event, sse_response
 from gateway.state import GatewayState
 
 
-class Completions:
-    """One request's lifecycle; FastAPI builds one per request (``deps.CompletionsDep``)."""
+class Lifecycle:
+    """One request's lifecycle; FastAPI builds one per request (``deps.LifecycleDep``)."""
 
     def __init__(self, gateway: GatewayState, request: Request) -> None:
         self.gateway = gateway
@@ -207,7 +207,7 @@ class Completions:
                 return await asyncio.to_thread(_reply_response, fmt, deltas, total, lock)
             if left in done:
                 raise ClientDisconnected()
-            stream.outcome = "server_error"
+            stream.end_as("server_error")
             raise APIError(
                 503, "the gateway stopped before the reply was complete", code="engine_unavailable"
             )
@@ -222,12 +222,12 @@ class Completions:
 
     def _stream_response(self, stream: MeasuredStream, fmt: Formatter) -> Response:
         def on_cut() -> list[bytes]:
-            stream.outcome = "server_error"
+            stream.end_as("server_error")
             error = APIError(503, "the gateway is shutting down", code="engine_unavailable")
             return [*(event(body) for body in fmt.error_events(error)), DONE]
 
         def on_stalled() -> None:
-            stream.outcome = "client_stalled"
+            stream.end_as("client_stalled")
 
         return sse_response(
             _events(stream, fmt, self.gateway.engine.tokenizer_lock),
