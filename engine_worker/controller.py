@@ -20,13 +20,11 @@ from engine_worker.controller_params import (
     AUTO_TARGET_SLO_FRACTION,
     MAX_ALLOWANCE,
     MIN_ALLOWANCE,
-    MODES,
-    OBSERVATIONS,
     CapParams,
-    ControllerSettings,
     ControllerState,
 )
 from engine_worker.cost_model import StepCostModel, StepShape, plan_prefill
+from engine_worker.dlfp_config import DLFPConfig
 from engine_worker.host_share import HostShareWindow
 from engine_worker.margin import MarginWindow, corrected
 from engine_worker.step_timing import StepRecord, StepTimeline
@@ -35,10 +33,7 @@ RECENT_STEPS = 64
 """Steps whose end times the deadline plan can look up (a stream's last token is in one)."""
 
 __all__ = [
-    "MODES",
-    "OBSERVATIONS",
     "CapParams",
-    "ControllerSettings",
     "ControllerState",
     "PrefillCapController",
 ]
@@ -146,7 +141,7 @@ class PrefillCapController:
         self._num_deadline_misses = 0
 
     @classmethod
-    def from_config(cls, config: ControllerSettings, **clocks: Any) -> PrefillCapController:
+    def from_config(cls, config: DLFPConfig, **clocks: Any) -> PrefillCapController:
         return cls(CapParams.from_config(config), **clocks)
 
     @property
@@ -211,7 +206,7 @@ class PrefillCapController:
             self._margin_correction = 1.0
         self._last_observation_s = None
 
-    def apply_config(self, config: ControllerSettings) -> None:
+    def apply_config(self, config: DLFPConfig) -> None:
         self.apply_params(CapParams.from_config(config))
 
     def apply_params(self, params: CapParams) -> None:

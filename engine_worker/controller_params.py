@@ -9,61 +9,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Protocol
+from typing import Any
 
-from engine_worker.dlfp_config import ControllerMode, Observation, Plan
+from engine_worker.dlfp_config import DLFPConfig
 
-MODES = tuple(mode.value for mode in ControllerMode)
-"""Controller modes: the ``ControllerMode`` values."""
 AUTO_TARGET_SLO_FRACTION = 0.6
 """An ``auto`` target is at least this share of the ITL objective ..."""
 AUTO_TARGET_DECODE_MULTIPLE = 2.0
 """... and at least this multiple of the measured decode-only step (room for prefill)."""
-OBSERVATIONS = tuple(observation.value for observation in Observation)
-"""``dlfp-ct`` observations: the ``Observation`` values."""
-PLANS = tuple(plan.value for plan in Plan)
-"""``dlfp-ct`` plans: the ``Plan`` values."""
 MIN_ALLOWANCE = 0.25
 MAX_ALLOWANCE = 2.0
 """Bounds of the feed-forward allowance (a factor on the target the model plans for)."""
 
 
-class ControllerSettings(Protocol):
-    """What the controller reads from a settings object (``DLFPConfig`` fits)."""
-
-    @property
-    def controller(self) -> str: ...
-    @property
-    def target_ms(self) -> float | str: ...
-    @property
-    def itl_slo_ms(self) -> float: ...
-    @property
-    def gain(self) -> float: ...
-    @property
-    def initial_cap_tokens(self) -> int: ...
-    @property
-    def min_cap_tokens(self) -> int: ...
-    @property
-    def max_cap_tokens(self) -> int: ...
-    @property
-    def step_tokens(self) -> int: ...
-    @property
-    def fixed_cap_tokens(self) -> int: ...
-    @property
-    def feedforward(self) -> bool: ...
-    @property
-    def observation(self) -> str: ...
-    @property
-    def plan(self) -> str: ...
-    @property
-    def margin_quantile(self) -> float: ...
-    @property
-    def ttft_slo_ms(self) -> float: ...
-
-
 @dataclass(frozen=True)
 class CapParams:
-    """Controller parameters, checked on construction (``DLFPConfig`` holds the defaults)."""
+    """Controller parameters, copied from a ``DLFPConfig`` (which declares, checks and
+    defaults them) into a plain dataclass the hot path reads."""
 
     mode: str
     target_ms: float | None
@@ -79,32 +41,17 @@ class CapParams:
     itl_slo_ms: float
     """The ITL objective an ``auto`` target derives from."""
     observation: str
-    """``dlfp-ct`` only: the step time fed back (one of ``OBSERVATIONS``)."""
+    """``dlfp-ct`` only: the step time fed back (an ``Observation`` value)."""
     plan: str = "deadline"
-    """``dlfp-ct`` with ``feedforward`` only: what a mixed step is planned to (``PLANS``)."""
+    """``dlfp-ct`` with ``feedforward`` only: what a mixed step is planned to (a ``Plan`` value)."""
     margin_quantile: float = 0.99
     """Deadline plan: the quantile of observed/predicted step time that is the margin."""
     ttft_slo_ms: float = 30_000.0
     """Deadline plan: a prefill past arrival + this gets at least ``min_cap_tokens``."""
 
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.observation not in OBSERVATIONS:
-            raise ValueError(f"observation must be one of {OBSERVATIONS}")
-        if self.plan not in PLANS:
-            raise ValueError(f"plan must be one of {PLANS}")
-        is_target_valid = self.target_ms is None or self.target_ms > 0
-        if not (is_target_valid and 0 < self.gain <= 1 and self.step_tokens >= 1):
-            raise ValueError("need target_ms > 0, 0 < gain <= 1 and step_tokens >= 1")
-        caps = (self.min_cap_tokens, self.initial_cap_tokens, self.fixed_cap_tokens)
-        if not (1 <= self.min_cap_tokens <= min(caps[1:]) <= max(caps[1:]) <= self.max_cap_tokens):
-            raise ValueError("need 1 <= min_cap <= initial_cap, fixed_cap <= max_cap")
-        if any(cap % self.step_tokens for cap in (*caps, self.max_cap_tokens)):
-            raise ValueError(f"every cap must be a multiple of step_tokens={self.step_tokens}")
-
     @classmethod
-    def from_config(cls, config: ControllerSettings) -> CapParams:
+    def from_config(cls, config: DLFPConfig) -> CapParams:
+        """The settings as ``DLFPConfig`` checked them: no second check here."""
         return cls(
             mode=str(config.controller),
             target_ms=None if config.target_ms == "auto" else float(config.target_ms),

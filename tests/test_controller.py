@@ -273,9 +273,11 @@ def test_state_is_a_read_only_snapshot_with_telemetry_keys() -> None:
         {"step_tokens": 48},  # 16 is not a multiple of 48
     ],
 )
-def test_params_reject_invalid(changes: dict[str, object]) -> None:
+def test_invalid_settings_are_refused_before_the_controller(changes: dict[str, object]) -> None:
+    """``DLFPConfig`` checks the settings once; ``CapParams`` copies them unchecked."""
+    settings = {"controller" if name == "mode" else name: value for name, value in changes.items()}
     with pytest.raises(ValueError):
-        replace(PARAMS, **changes)  # type: ignore[arg-type]
+        DLFPConfig.model_validate({"step_tokens": 16, "min_cap_tokens": 16} | settings)
 
 
 def test_quantise_rounds_then_clamps() -> None:
