@@ -7,15 +7,17 @@ exactly reproducible across chunk sizes).
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -169,3 +171,19 @@ def chromium() -> str:
 def promtool() -> str:
     """promtool from Debian's prometheus, for the Prometheus config and exposition tests."""
     return debian_tool("promtool", "prometheus")
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Qwen3 ``config.json`` (no weights) for vLLM's in-process ``Scheduler``."""
+    from tests.scheduler_helpers import write_tiny_model  # imports vLLM: only when asked
+
+    return write_tiny_model(tmp_path_factory.mktemp("tiny-qwen3"))
+
+
+@pytest.fixture
+def build(model_dir: Path) -> Callable[..., Any]:
+    """``build(cls, dlfp=None, ...)``: vLLM's real ``Scheduler`` (or a DLFP one), in-process."""
+    from tests.scheduler_helpers import build_scheduler
+
+    return functools.partial(build_scheduler, model_dir)

@@ -10,6 +10,7 @@ or decode). Test modules wrap ``build_scheduler`` in a fixture.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -111,9 +112,14 @@ def make_request(
     )
 
 
-def run_step(scheduler: Scheduler) -> SchedulerOutput:
-    """One synchronous engine step with a fake model runner."""
+def run_step(
+    scheduler: Scheduler, executed: Callable[[SchedulerOutput], None] | None = None
+) -> SchedulerOutput:
+    """One synchronous engine step with a fake model runner; ``executed`` sees the
+    scheduler's output where a worker would, before ``update_from_output``."""
     output = scheduler.schedule()
+    if executed is not None:
+        executed(output)
     req_ids = list(output.num_scheduled_tokens)
     sampled = [[] if scheduler.requests[r].is_prefill_chunk else [SAMPLED_TOKEN] for r in req_ids]
     runner_output = ModelRunnerOutput(

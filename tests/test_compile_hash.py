@@ -12,20 +12,13 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-import pytest
 from vllm.config import VllmConfig
 
 from engine_worker.additional_config import DLFP_KEY, DLFPAdditionalConfig, read_dlfp_config
 from engine_worker.dlfp_config import ControllerMode, DLFPConfig
 from engine_worker.engine import EngineSpec, _engine_config
-from tests.scheduler_helpers import write_tiny_model
 
 TUNED = DLFPConfig(controller=ControllerMode.FIXED, itl_slo_ms=120.0)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_model(tmp_path_factory.mktemp("tiny-qwen3"))
 
 
 def engine_config(model_dir: Path, dlfp: DLFPConfig, **overrides: Any) -> Any:

@@ -17,12 +17,7 @@ import pytest
 from engine_worker.cost_model import StepShape, chunk_attention
 from engine_worker.dlfp_config import ControllerMode, DLFPConfig
 from engine_worker.scheduler import DLFPScheduler, DLFPSchedulerMixin
-from tests.scheduler_helpers import build_scheduler, make_request, run_step, write_tiny_model
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_model(tmp_path_factory.mktemp("tiny-qwen3"))
+from tests.scheduler_helpers import build_scheduler, make_request, run_step
 
 
 def plant_s(shape: StepShape) -> float:

@@ -4,34 +4,21 @@ reads the device time a fake worker wrote under it."""
 
 from __future__ import annotations
 
-import functools
 import pickle
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.outputs import ModelRunnerOutput
 
 from engine_worker.dlfp_config import ControllerMode, DLFPConfig, Observation
 from engine_worker.scheduler import DLFPScheduler, DLFPSchedulerMixin
 from engine_worker.step_ring import STEP_INDEX_ATTR, StepRing
-from tests.scheduler_helpers import SAMPLED_TOKEN, build_scheduler, make_request, write_tiny_model
+from tests.scheduler_helpers import make_request, run_step
 
 pytestmark = pytest.mark.engine
 
 DEVICE = DLFPConfig(controller=ControllerMode.DLFP_CT, observation=Observation.DEVICE)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_model(tmp_path_factory.mktemp("tiny-qwen3"))
-
-
-@pytest.fixture
-def build(model_dir: Path) -> Callable[..., Scheduler]:
-    return functools.partial(build_scheduler, model_dir)
 
 
 @pytest.fixture
@@ -44,19 +31,13 @@ def ring() -> Iterator[StepRing]:
 def step(scheduler: Scheduler, ring: StepRing | None, device_s: float | None) -> SchedulerOutput:
     """A synchronous step whose fake worker receives a pickled copy, as vLLM's
     multiprocessing executor sends it, and writes ``device_s`` under its index."""
-    output = scheduler.schedule()
-    sent = pickle.loads(pickle.dumps(output))
-    if ring is not None and device_s is not None:
-        ring.write(getattr(sent, STEP_INDEX_ATTR), device_s)
-    req_ids = list(output.num_scheduled_tokens)
-    sampled = [[] if scheduler.requests[r].is_prefill_chunk else [SAMPLED_TOKEN] for r in req_ids]
-    runner_output = ModelRunnerOutput(
-        req_ids=req_ids,
-        req_id_to_index={r: i for i, r in enumerate(req_ids)},
-        sampled_token_ids=sampled,
-    )
-    scheduler.update_from_output(output, runner_output)
-    return output
+
+    def executed(output: SchedulerOutput) -> None:
+        sent = pickle.loads(pickle.dumps(output))
+        if ring is not None and device_s is not None:
+            ring.write(getattr(sent, STEP_INDEX_ATTR), device_s)
+
+    return run_step(scheduler, executed)
 
 
 def test_each_output_carries_its_step_index(build: Callable[..., Scheduler]) -> None:

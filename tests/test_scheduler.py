@@ -9,11 +9,9 @@ or decode).
 
 from __future__ import annotations
 
-import functools
 import random
 import types
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,26 +30,14 @@ from engine_worker.scheduler import (
     scheduler_cls_name,
 )
 from tests.scheduler_helpers import (
-    build_scheduler,
     make_request,
     run_step,
-    write_tiny_model,
 )
 
 pytestmark = pytest.mark.engine
 
 FIXED_64 = DLFPConfig(controller=ControllerMode.FIXED, fixed_cap_tokens=64)
 PAIRS = [(Scheduler, DLFPScheduler), (AsyncScheduler, DLFPAsyncScheduler)]
-
-
-@pytest.fixture(scope="session")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_model(tmp_path_factory.mktemp("tiny-qwen3"))
-
-
-@pytest.fixture
-def build(model_dir: Path) -> Callable[..., Scheduler]:
-    return functools.partial(build_scheduler, model_dir)
 
 
 def dlfp(scheduler: Scheduler) -> DLFPSchedulerMixin:
