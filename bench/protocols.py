@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine_worker.device_defaults import defaults_for
+
 
 @dataclass(frozen=True)
 class Protocol:
@@ -18,6 +20,8 @@ class Protocol:
     itl_slo_ms: float
 
 
+_CUDA, _CPU = defaults_for("cuda").dlfp, defaults_for("cpu").dlfp
+
 PROTOCOLS: dict[str, Protocol] = {
     # arXiv 2609.38386: 100 measured requests at 1.0 request/s, 128 generated tokens each
     # (76,800 paired tokens over 600 requests); SLOs as the gateway's CUDA defaults.
@@ -26,8 +30,8 @@ PROTOCOLS: dict[str, Protocol] = {
         rate_rps=1.0,
         num_warmup=10,
         max_tokens=128,
-        ttft_slo_ms=2_000.0,
-        itl_slo_ms=100.0,
+        ttft_slo_ms=_CUDA.ttft_slo_ms,
+        itl_slo_ms=_CUDA.itl_slo_ms,
     ),
     # A 2-core CPU prefills 2,048 tokens in ~4 s, so 0.2 request/s keeps prefill and decode
     # overlapping without an ever-growing queue (``--calibrate`` shrinks the prompts on a
@@ -39,8 +43,8 @@ PROTOCOLS: dict[str, Protocol] = {
         rate_rps=0.2,
         num_warmup=2,
         max_tokens=128,
-        ttft_slo_ms=30_000.0,
-        itl_slo_ms=500.0,
+        ttft_slo_ms=_CPU.ttft_slo_ms,
+        itl_slo_ms=_CPU.itl_slo_ms,
     ),
 }
 PAPER_SEEDS = (801, 802, 803)
