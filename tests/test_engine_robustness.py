@@ -149,7 +149,8 @@ def test_schemathesis_finds_no_500(gateway_server: Server) -> None:
 
 def test_disconnect_aborts_a_non_streamed_request(gateway_server: Server) -> None:
     """The client of a long non-streamed request leaves: the engine stops it at once."""
-    body = chat_body("Tell me everything about the station.", 4000, n=8)
+    # n > 1 samples: vLLM refuses it under greedy decoding (a 400 that never runs).
+    body = chat_body("Tell me everything about the station.", 4000, n=8, temperature=1.0)
 
     async def leave_early() -> bool:
         """Whether the request was seen running before the client left."""
@@ -166,12 +167,10 @@ def test_disconnect_aborts_a_non_streamed_request(gateway_server: Server) -> Non
             return running
 
     assert asyncio.run(leave_early()), "the request never ran: nothing to abort"
-    left_at = time.monotonic()
+    # 8 x 4,000 tokens take about a minute here: only an abort idles the engine in 10 s.
     m = wait_idle(gateway_server, timeout_s=10)
     assert metric_sum(m, "vllm:num_requests_running") == 0
     assert m["dlfp_active_requests"] == 0
-    # 8 x 4,000 tokens take about a minute here: only an abort frees the engine this soon.
-    assert time.monotonic() - left_at < 10.5
 
 
 def test_same_request_id_twice_both_complete(gateway_server: Server) -> None:
