@@ -16,9 +16,8 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from engine_worker.dlfp_config import ControllerMode, DLFPConfig, PrefillOrder
 from engine_worker.prefill_order import MAX_HELD_STEPS, Candidate, select
 from engine_worker.scheduler import DLFPAsyncScheduler, DLFPScheduler
-from tests.test_scheduler import build, decoding_ids, make_request, model_dir, run_step
-
-__all__ = ["build", "model_dir"]  # fixtures, imported for pytest
+from tests.scheduler_helpers import make_request, run_step
+from tests.test_scheduler import decoding_ids
 
 FIXED_64 = DLFPConfig(controller=ControllerMode.FIXED, fixed_cap_tokens=64)
 
