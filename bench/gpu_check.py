@@ -48,6 +48,8 @@ from typing import Any
 
 import httpx
 
+from bench.endpoint import EndpointError, apply_admin_patch, bearer, reset_controller
+
 SHAPES: dict[str, dict[str, int]] = {
     "8b": {
         "hidden_size": 4096,
@@ -72,6 +74,8 @@ BOTTLENECK_BUSY = 0.9
 """Share of a decode-only phase the device must be busy for to call it the bottleneck."""
 DEVICE_GAP_TOLERANCE = 0.15
 READY_TIMEOUT_S = 900.0
+VERDICTS = {True: "pass", False: "FAIL", None: "reported"}
+"""A check's result as printed: asserted and met or not, or only reported."""
 PRIVATE_VARS = ("DLFP_ADMIN_TOKEN", "DLFP_API_KEYS", "DLFP_PRIORITY_API_KEYS")
 """Settings (and their ``_FILE`` twins) the check's own gateway does without."""
 
@@ -93,8 +97,7 @@ class Report:
 
     def add(self, name: str, passed: bool | None, detail: str) -> None:
         self.checks.append(Check(name, passed, detail))
-        verdict = {True: "pass", False: "FAIL", None: "reported"}[passed]
-        print(f"[gpu-check] {name}: {verdict}: {detail}", file=sys.stderr)
+        print(f"[gpu-check] {name}: {VERDICTS[passed]}: {detail}", file=sys.stderr)
 
     @property
     def ok(self) -> bool:
@@ -103,7 +106,7 @@ class Report:
     def table(self) -> str:
         rows = ["| check | result | detail |", "| --- | --- | --- |"]
         for check in self.checks:
-            verdict = {True: "pass", False: "**fail**", None: "reported"}[check.passed]
+            verdict = "**fail**" if check.passed is False else VERDICTS[check.passed]
             rows.append(f"| {check.name} | {verdict} | {check.detail} |")
         return "\n".join(rows)
 
@@ -202,7 +205,7 @@ class Gateway:
 
     @property
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"}
+        return bearer(self.token)
 
 
 async def _stream(client: httpx.AsyncClient, url: str, prompt: str, num_tokens: int) -> list[float]:
@@ -265,14 +268,9 @@ async def run_load(
             found[: len(expected)] == expected,
             f"{found[0]}, async scheduling {found[1]}, batch queue {found[2]}",
         )
-        await _admin(
-            client,
-            gateway,
-            "PATCH",
-            "/admin/dlfp",
-            json={"controller": "dlfp-ct", "observation": "device"},
-        )
-        await _admin(client, gateway, "POST", "/admin/dlfp/reset")
+        patch = {"controller": "dlfp-ct", "observation": "device"}
+        await apply_admin_patch(client, gateway.url, patch, gateway.token)
+        await reset_controller(client, gateway.url, gateway.token)
         start = int((await _admin(client, gateway, "GET", "/admin/dlfp/steps"))["next"])
         word = "tokens "
         decode_started = time.perf_counter()
@@ -473,7 +471,7 @@ def handler(args: argparse.Namespace) -> int:
         report.figures["ready_s"] = round(time.monotonic() - started, 1)
         steps = asyncio.run(run_load(gateway, report, args))
         run_episodes(gateway, report, args, out)
-    except (RuntimeError, httpx.HTTPError) as exc:
+    except (RuntimeError, httpx.HTTPError, EndpointError) as exc:
         report.add("run", False, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     finally:
         gateway.stop()
