@@ -7,7 +7,8 @@ engine both implement ``Engine``; the gateway only ever sees these types.
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Callable
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -108,6 +109,54 @@ class GenerationChunk:
     num_prompt_tokens: int
     finished: bool
     num_cached_tokens: int = 0
+
+
+class RequestStream(ABC):
+    """One engine request's outputs, and the one way to end it early.
+
+    Iterate it for its chunks; iteration stops after the chunk marked ``finished``.
+    ``aclose()`` ends it: unless it finished, the engine request is aborted, whether or
+    not it was ever iterated (an async generator closed before its first ``anext`` runs
+    none of its cleanup, which is why this is a class). Idempotent; iterating to the end
+    needs no ``aclose()``, and a stream dropped unfinished without it holds its engine
+    slot until the request ends by itself."""
+
+    def __init__(self) -> None:
+        self._finished = False
+        self._closed = False
+
+    def __aiter__(self) -> RequestStream:
+        return self
+
+    async def __anext__(self) -> GenerationChunk:
+        if self._finished or self._closed:
+            raise StopAsyncIteration
+        chunk = await self._next()
+        if chunk.finished:
+            self._finished = True
+            self._release()
+        return chunk
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if not self._finished:
+            self._release()
+            await self._abort()
+
+    @abstractmethod
+    async def _next(self) -> GenerationChunk:
+        """The next output of the request (the engine's errors as this module's)."""
+
+    @abstractmethod
+    def _release(self) -> None:
+        """Free what the stream holds on this side once it ends."""
+
+    @abstractmethod
+    async def _abort(self) -> None:
+        """Abort the request in the engine; must not raise, and must not be cancelled
+        half-way (the caller may itself be a task being cancelled)."""
 
 
 @dataclass
@@ -233,11 +282,10 @@ class Engine(Protocol):
         options: SamplingOptions,
         priority: int = 0,
         cache_salt: str | None = None,
-    ) -> AsyncIterator[GenerationChunk]:
-        """Validate and enqueue; raises InvalidRequestError before anything streams."""
+    ) -> RequestStream:
+        """Validate and enqueue; raises InvalidRequestError before anything streams.
+        A failed submission leaves nothing in the engine."""
         ...
-
-    async def abort(self, request_id: str) -> None: ...
 
     async def get_dlfp_state(self) -> dict[str, Any]: ...
 

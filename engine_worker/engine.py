@@ -12,7 +12,7 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from engine_worker.api import (
     GrammarKind,
     InvalidRequestError,
     PromptTooLongError,
+    RequestStream,
     SamplingOptions,
     TokenLogprob,
 )
@@ -294,6 +295,31 @@ def _chunk(output: Any) -> GenerationChunk:
         finished=bool(output.finished),
         num_cached_tokens=int(output.num_cached_tokens or 0),
     )
+
+
+class _VLLMRequestStream(RequestStream):
+    """A request's outputs from vLLM's per-request collector."""
+
+    def __init__(self, collector: Any, abort: Callable[..., Awaitable[None]]) -> None:
+        super().__init__()
+        self._collector = collector
+        self._abort_in_engine = abort
+
+    async def _next(self) -> GenerationChunk:
+        from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDead
+
+        collector = self._collector
+        try:
+            output = collector.get_nowait() or await collector.get()
+        except VLLMEngineDead as exc:
+            raise EngineDeadError(str(exc)) from exc
+        return _chunk(output)
+
+    def _release(self) -> None:
+        self._collector.close()
+
+    async def _abort(self) -> None:
+        await self._abort_in_engine(self._collector.request_id, internal=True)
 
 
 def _max_token_bytes(tokenizer: Any) -> int | None:
@@ -626,7 +652,7 @@ class VLLMEngine:
         options: SamplingOptions,
         priority: int = 0,
         cache_salt: str | None = None,
-    ) -> AsyncIterator[GenerationChunk]:
+    ) -> RequestStream:
         from vllm.exceptions import VLLMClientError
         from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDead
 
@@ -645,7 +671,7 @@ class VLLMEngine:
             # to the engine core; a failure after that (msgspec refusing a field, a
             # cancel) would keep its prompt and detokenizer state for good. Aborting an
             # id vLLM never registered is a no-op, so every failure aborts.
-            await self._abort_after_failed_submit(request_id)
+            await self._abort(request_id, internal=False)
             if isinstance(exc, VLLMEngineDead):
                 raise EngineDeadError(str(exc)) from exc
             if isinstance(exc, ValueError | TypeError | VLLMClientError):
@@ -653,35 +679,20 @@ class VLLMEngine:
                 # its VLLMValidationError names the field (stop_token_ids, bad_words, ...).
                 raise InvalidRequestError(str(exc), getattr(exc, "parameter", None)) from exc
             raise
-        return self._stream(collector)
+        return _VLLMRequestStream(collector, self._abort)
 
-    async def _abort_after_failed_submit(self, request_id: str) -> None:
-        if self.is_dead:
+    async def _abort(self, request_id: str, *, internal: bool) -> None:
+        """The one abort: of a failed submission (by the gateway's id) and of a stream
+        ended early (``internal``: by vLLM's own id of it). Shielded, since the caller is
+        often a task being cancelled; a no-op once the engine is dead."""
+        if self._llm is None or self.is_dead:
             return
         try:
-            await asyncio.shield(self._llm.abort(request_id))
+            await asyncio.shield(self._llm.abort(request_id, internal=internal))
         except Exception:
             logger.exception(
-                "abort after a failed submit failed",
-                extra={"event": "submit_abort_failed", "request_id": request_id},
+                "engine abort failed", extra={"event": "abort_failed", "request_id": request_id}
             )
-
-    async def _stream(self, collector: Any) -> AsyncIterator[GenerationChunk]:
-        from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDead
-
-        finished = False
-        try:
-            while not finished:
-                output = collector.get_nowait() or await collector.get()
-                finished = bool(output.finished)
-                yield _chunk(output)
-        except VLLMEngineDead as exc:
-            raise EngineDeadError(str(exc)) from exc
-        finally:
-            collector.close()
-            if not finished and not self.is_dead:
-                # The consumer left early (client disconnect): free the engine's slot.
-                await self._llm.abort(collector.request_id, internal=True)
 
     async def check_grammar(self, kind: GrammarKind, spec: str) -> None:
         """Compiled first in the vetter's own worker (killed at the time-out), since
@@ -689,10 +700,6 @@ class VLLMEngine:
         self._require()
         if self._grammar is not None:
             await self._grammar.check(kind, spec)
-
-    async def abort(self, request_id: str) -> None:
-        if self._llm is not None and not self.is_dead:
-            await self._llm.abort(request_id)
 
     def _dlfp(self) -> Any:
         self._require()

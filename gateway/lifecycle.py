@@ -11,7 +11,10 @@
 4. submission under the gateway's own unique id (``X-Request-Id`` is only echoed
    and logged: two clients may send the same one);
 5. a ``MeasuredStream``, whose one ``aclose()`` aborts the engine request if it is
-   unfinished, frees the slot and records the outcome, the metrics and the log line.
+   unfinished, frees the slot and records the outcome.
+
+One ``RequestMeter`` (``request_meter.py``) per request writes its metrics and its log
+line, from the queue to the end, whatever part of the lifecycle it reaches.
 
 A non-streamed reply is collected while watching for the client leaving and for the
 drain deadline, then built and serialized in a worker thread; a stream that fails, or
@@ -37,11 +40,12 @@ from engine_worker.api import ChoiceDelta, EngineDeadError, InvalidRequestError,
 from engine_worker.tokenizer_guard import held_if
 from gateway.admission import AdmissionRejected, ClientDisconnected, Reservation, Ticket
 from gateway.auth import bearer_token, key_matches
-from gateway.errors import APIError, outcome_of
+from gateway.errors import APIError
 from gateway.measured_stream import MeasuredStream
 from gateway.openai_format import Formatter
 from gateway.openai_request import EndpointInput
 from gateway.protocol import MAX_PRIORITY, ChatCompletion, Completion, Usage
+from gateway.request_meter import RequestMeter
 from gateway.sse import DONE, event, sse_response
 from gateway.state import GatewayState
 
@@ -54,10 +58,11 @@ class Lifecycle:
         self.request = request
 
     async def run(self, given: EndpointInput) -> Response | BaseModel:
+        meter = RequestMeter(self.gateway.metrics, given.endpoint, self.request.state.arrival_s)
         try:
-            stream, fmt = await self._start(given)
+            stream, fmt = await self._start(given, meter)
         except BaseException as exc:
-            self._refused(given.endpoint, exc)
+            meter.refused(exc)
             raise
         if fmt.stream:
             return self._stream_response(stream, fmt)
@@ -65,7 +70,9 @@ class Lifecycle:
 
     # --- before the engine ---
 
-    async def _start(self, given: EndpointInput) -> tuple[MeasuredStream, Formatter]:
+    async def _start(
+        self, given: EndpointInput, meter: RequestMeter
+    ) -> tuple[MeasuredStream, Formatter]:
         gateway, engine = self.gateway, self.gateway.engine
         gateway.check_serving()
         priority = self._priority(given.body.priority)
@@ -81,13 +88,13 @@ class Lifecycle:
                 self._check_reply_size(options)
             await self._check_grammar(given, options)
             stack = AsyncExitStack()
-            ticket = await self._admit(len(prompt_ids), priority, stack, reservation, options)
+            ticket = await self._admit(
+                len(prompt_ids), priority, stack, reservation, options, meter
+            )
         finally:
             reservation.release()
         completion_id = f"{given.id_prefix}-{uuid.uuid4().hex}"
-        stream = MeasuredStream(
-            gateway, given.endpoint, completion_id, self.request.state.arrival_s, ticket, stack
-        )
+        stream = MeasuredStream(gateway, meter, completion_id, ticket, stack)
         await stream.submit(prompt_ids, options, priority, given.body.cache_salt)
         return stream, given.formatter(completion_id, engine.info.model_name)
 
@@ -150,6 +157,7 @@ class Lifecycle:
         stack: AsyncExitStack,
         reservation: Reservation,
         options: SamplingOptions,
+        meter: RequestMeter,
     ) -> Ticket:
         """Wait for a slot, unless the client leaves first (then the slot is never taken).
 
@@ -165,13 +173,12 @@ class Lifecycle:
             num_slots=options.n,
             measured=not (structured or options.json_object),
         )
-        gateway.metrics.queued_requests.inc()
         acquire = asyncio.ensure_future(stack.enter_async_context(slot))
         left = asyncio.ensure_future(_until_disconnected(self.request))
         try:
-            await asyncio.wait({acquire, left}, return_when=asyncio.FIRST_COMPLETED)
+            with meter.queued():
+                await asyncio.wait({acquire, left}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            gateway.metrics.queued_requests.dec()
             left.cancel()
         if not acquire.done():
             acquire.cancel()
@@ -180,15 +187,8 @@ class Lifecycle:
             await stack.aclose()
             raise ClientDisconnected()
         ticket = acquire.result()
-        gateway.metrics.queue.observe(ticket.queue_s)
+        meter.admitted(ticket.queue_s)
         return ticket
-
-    def _refused(self, endpoint: str, exc: BaseException) -> None:
-        """A request that never reached the engine: its outcome, once."""
-        metrics = self.gateway.metrics
-        if isinstance(exc, AdmissionRejected):
-            metrics.admission_rejections.labels(reason=exc.reason).inc()
-        metrics.requests.labels(endpoint=endpoint, outcome=outcome_of(exc)).inc()
 
     # --- after submission ---
 

@@ -161,6 +161,39 @@ def gateway_server(tiny_model_dir: Path) -> Iterator[Server]:
     assert code == 0, f"gateway exited {code} on SIGTERM:\n{server.log()[-3000:]}"
 
 
+SMOLLM_ENV = {
+    "DLFP_DEVICE": "cpu",
+    "DLFP_KV_CACHE_GIB": "1",
+    "DLFP_ADMIN_TOKEN": ADMIN_TOKEN,
+    # Repeated prompts must be prefilled again, or agreement tests compare no capping.
+    "DLFP_ENGINE_ARGS": '{"enable_prefix_caching": "false"}',
+}
+"""The embedded SmolLM2's gateways: the model is the default, so no ``DLFP_MODEL``."""
+
+
+@pytest.fixture(scope="session")
+def smollm_server() -> Iterator[Server]:
+    """The embedded SmolLM2 in the configured dtype (``DLFP_DTYPE``, else ``auto``)."""
+    server = start_server("smollm2-gateway", SMOLLM_ENV)
+    yield server
+    assert stop_server(server) == 0, server.log()[-3000:]
+
+
+@pytest.fixture(scope="session")
+def smollm_f32_server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    """The embedded SmolLM2 in float32: ``smollm_server`` itself where the configured
+    dtype resolves to float32 (an AVX2-only CPU, by default), else a gateway of its own."""
+    from engine_worker.cpu_features import read_cpu_flags, resolve_dtype
+
+    configured = resolve_dtype(os.environ.get("DLFP_DTYPE", "auto"), "cpu", read_cpu_flags())
+    if configured == "float32":
+        yield request.getfixturevalue("smollm_server")
+        return
+    server = start_server("smollm2-float32-gateway", SMOLLM_ENV | {"DLFP_DTYPE": "float32"})
+    yield server
+    assert stop_server(server) == 0, server.log()[-3000:]
+
+
 @pytest.fixture(scope="session")
 def chromium() -> str:
     """Debian's Chromium, for the dashboard test."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 from engine_worker.api import (
@@ -21,6 +20,7 @@ from engine_worker.api import (
     GenerationChunk,
     GrammarKind,
     InvalidRequestError,
+    RequestStream,
     SamplingOptions,
     TokenLogprob,
 )
@@ -142,7 +142,7 @@ class FakeEngine:
         options: SamplingOptions,
         priority: int = 0,
         cache_salt: str | None = None,
-    ) -> AsyncIterator[GenerationChunk]:
+    ) -> RequestStream:
         if self._dead:
             raise EngineDeadError("fake engine is dead")
         if any(t >= VOCAB_SIZE for t in prompt_token_ids):
@@ -152,48 +152,7 @@ class FakeEngine:
                 raise InvalidRequestError(f"{name}: token id out of vocabulary", param=name)
         self.submitted.append((request_id, prompt_token_ids, options, priority))
         self.running.add(request_id)
-        return self._stream(request_id, len(prompt_token_ids), options)
-
-    async def _stream(
-        self, request_id: str, num_prompt: int, options: SamplingOptions
-    ) -> AsyncIterator[GenerationChunk]:
-        """The i-th token has id i; one in ``stop_token_ids`` ends the choice with "stop",
-        unless fewer than ``min_tokens`` came before it."""
-        finished = False
-        try:
-            for i in range(options.max_tokens):
-                await asyncio.sleep(self.delay_s)
-                if self._dead:
-                    raise EngineDeadError("fake engine died")
-                if self.fail_after_tokens is not None and i >= self.fail_after_tokens:
-                    raise self.failure
-                stops = i in options.stop_token_ids and i >= options.min_tokens
-                last = stops or i == options.max_tokens - 1
-                reason = "stop" if stops else "length"
-                word = WORDS[i % len(WORDS)]
-                choices = [
-                    ChoiceDelta(
-                        index=k,
-                        text=word,
-                        token_ids=[i],
-                        logprobs=None
-                        if options.logprobs is None
-                        else [TokenLogprob(word, -0.5, ((word, -0.5),))],
-                        finish_reason=reason if last else None,
-                    )
-                    for k in range(options.n)
-                ]
-                finished = last
-                yield GenerationChunk(choices=choices, num_prompt_tokens=num_prompt, finished=last)
-                if last:
-                    break
-        finally:
-            self.running.discard(request_id)
-            if not finished:
-                self.aborted.append(request_id)
-
-    async def abort(self, request_id: str) -> None:
-        self.running.discard(request_id)
+        return _FakeRequestStream(self, request_id, len(prompt_token_ids), options)
 
     async def _engine_core_call(self) -> None:
         await asyncio.sleep(self.dlfp_delay_s)
@@ -236,3 +195,50 @@ class FakeEngine:
         self.num_dlfp_resets += 1
         self.last_reset_model = model
         return await self.get_dlfp_state()
+
+
+class _FakeRequestStream(RequestStream):
+    """The i-th token has id i; one in ``stop_token_ids`` ends the choice with "stop",
+    unless fewer than ``min_tokens`` came before it. An abort lands in ``aborted``."""
+
+    def __init__(
+        self, engine: FakeEngine, request_id: str, num_prompt: int, options: SamplingOptions
+    ) -> None:
+        super().__init__()
+        self._engine = engine
+        self._request_id = request_id
+        self._num_prompt = num_prompt
+        self._options = options
+        self._i = 0
+
+    async def _next(self) -> GenerationChunk:
+        engine, options, i = self._engine, self._options, self._i
+        await asyncio.sleep(engine.delay_s)
+        if engine._dead:
+            raise EngineDeadError("fake engine died")
+        if engine.fail_after_tokens is not None and i >= engine.fail_after_tokens:
+            raise engine.failure
+        self._i += 1
+        stops = i in options.stop_token_ids and i >= options.min_tokens
+        last = stops or i == options.max_tokens - 1
+        reason = "stop" if stops else "length"
+        word = WORDS[i % len(WORDS)]
+        choices = [
+            ChoiceDelta(
+                index=k,
+                text=word,
+                token_ids=[i],
+                logprobs=None
+                if options.logprobs is None
+                else [TokenLogprob(word, -0.5, ((word, -0.5),))],
+                finish_reason=reason if last else None,
+            )
+            for k in range(options.n)
+        ]
+        return GenerationChunk(choices=choices, num_prompt_tokens=self._num_prompt, finished=last)
+
+    def _release(self) -> None:
+        self._engine.running.discard(self._request_id)
+
+    async def _abort(self) -> None:
+        self._engine.aborted.append(self._request_id)

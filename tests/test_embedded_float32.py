@@ -10,43 +10,27 @@ sizes, so near-ties flip between chunkings. ``tests/test_embedded_model.py`` run
 same model in the configured dtype and asserts only what holds in any dtype.
 
 The identity check: the same greedy mixed load (short streams decoding, then long
-prompts prefilled beside them) under ``off``, the default ``dlfp-ct`` (SRPF order,
-feed-forward cap) and a small ``fixed`` cap must give the same text, token for token.
+prompts prefilled beside them) under ``off``, ``dlfp-ct`` with its default deadline plan
+(SRPF order, feed-forward cap) and a small ``fixed`` cap must give the same text, token for
+token.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
 
-from tests.conftest import ADMIN_TOKEN, Server, start_server, stop_server
+from tests.conftest import Server
 from tests.engine_helpers import admin, long_prompt, stream_chat
 
 pytestmark = pytest.mark.engine
 
 MODEL = "smollm2-135m-instruct"
 SHORT = [f"Question {i}: name three things a careful traveller packs." for i in range(4)]
-
-
-@pytest.fixture(scope="module")
-def smollm_f32_server() -> Iterator[Server]:
-    server = start_server(
-        "smollm2-float32-gateway",
-        {
-            "DLFP_DEVICE": "cpu",
-            "DLFP_DTYPE": "float32",
-            "DLFP_KV_CACHE_GIB": "1",
-            "DLFP_ADMIN_TOKEN": ADMIN_TOKEN,
-            "DLFP_ENGINE_ARGS": '{"enable_prefix_caching": "false"}',
-        },
-    )
-    yield server
-    assert stop_server(server) == 0, server.log()[-3000:]
 
 
 def capital_of_france(server: Server, **sampling: float) -> str:
@@ -95,10 +79,20 @@ def mixed_load(server: Server) -> dict[str, str]:
 def test_outputs_identical_across_controllers(smollm_f32_server: Server) -> None:
     modes = {
         "off": {"controller": "off"},
-        "dlfp-ct": {"controller": "dlfp-ct"},
+        # NOTE: a 2 s TTFT objective, so that a held prefill is overdue within seconds and
+        # runs beside the decodes on any CPU: on a slow one (a decode-only step of 150 to
+        # 200 ms against the 500 ms ITL objective) the default 30 s plan holds it until the
+        # decodes are done, and no step would be mixed. Admission's SLO check is off
+        # meanwhile, or it would refuse the short prompts against that objective.
+        "dlfp-ct": {"controller": "dlfp-ct", "ttft_slo_ms": 2000},
         "fixed-16": {"controller": "fixed", "fixed_cap_tokens": 16},
     }
     outputs = {}
+    # The server may be the configured-dtype one too (conftest): leave it as it was.
+    before_settings = admin(smollm_f32_server, "GET").json()["settings"]
+    admission = admin(smollm_f32_server, "GET", "/admin/admission").json()["settings"]
+    no_slo_check = {"slo_check": False}
+    assert admin(smollm_f32_server, "PATCH", "/admin/admission", json=no_slo_check).is_success
     for name, patch in modes.items():
         assert admin(smollm_f32_server, "PATCH", json=patch).status_code == 200
         assert admin(smollm_f32_server, "POST", path="/admin/dlfp/reset").status_code == 200
@@ -106,6 +100,8 @@ def test_outputs_identical_across_controllers(smollm_f32_server: Server) -> None
         outputs[name] = mixed_load(smollm_f32_server)
         after = admin(smollm_f32_server, "GET").json()["state"]["num_mixed_steps"]
         assert after > before, name  # long prefills really ran beside decodes
+    assert admin(smollm_f32_server, "PUT", json=before_settings).status_code == 200
+    assert admin(smollm_f32_server, "PATCH", "/admin/admission", json=admission).is_success
     for name in ("dlfp-ct", "fixed-16"):
         differing = [p[:40] for p in outputs["off"] if outputs["off"][p] != outputs[name][p]]
         assert differing == [], (name, differing)

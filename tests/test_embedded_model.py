@@ -13,26 +13,18 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 
-import httpx
 import openai
 import pytest
 
 from engine_worker.cpu_features import read_cpu_flags, reported_features, resolve_dtype
-from tests.conftest import Server, start_server, stop_server
+from tests.conftest import Server
+from tests.engine_helpers import admin
 from tests.test_engine_tools import named_round_trip
 
 pytestmark = pytest.mark.engine
 
 MODEL = "smollm2-135m-instruct"
-
-
-@pytest.fixture(scope="module")
-def smollm_server() -> Iterator[Server]:
-    server = start_server("smollm2-gateway", {"DLFP_DEVICE": "cpu", "DLFP_KV_CACHE_GIB": "1"})
-    yield server
-    assert stop_server(server) == 0, server.log()[-3000:]
 
 
 def test_dtype_follows_this_cpu(smollm_server: Server) -> None:
@@ -43,7 +35,7 @@ def test_dtype_follows_this_cpu(smollm_server: Server) -> None:
         json.loads(line) for line in smollm_server.log().splitlines() if "engine_config" in line
     ]
     assert [e["dtype"] for e in events] == [expected], events
-    state = httpx.get(smollm_server.base_url + "/admin/dlfp", timeout=60).json()["state"]
+    state = admin(smollm_server, "GET").json()["state"]
     assert state["dtype"] == expected
     assert state["cpu_features"] == reported_features(flags)
 

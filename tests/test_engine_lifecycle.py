@@ -115,14 +115,17 @@ def test_engine_death_fails_fast_and_exits_nonzero(tiny_model_dir: Path) -> None
         children = psutil.Process(server.process.pid).children(recursive=True)
         cores = [p for p in children if "EngineCore" in " ".join([p.name(), *p.cmdline()])]
         assert cores, [p.name() for p in children]
-        killed_at = time.monotonic()
         for proc in cores:
             proc.kill()
-        worker.join(60)
-        assert not worker.is_alive() and time.monotonic() - killed_at < 30
+        worker.join(120)  # a guard against a hang, not a timing claim
+        assert not worker.is_alive()
         assert out.get("status") == 200
         events = sse_json(out["text"])
         assert "error" in events[-1] and sse_data(out["text"])[-1] == "[DONE]"
+        # Ended by the engine's death, not by the stream running out or a hung-engine watch.
+        assert events[-1]["error"]["code"] == "engine_error", events[-1]
+        num_tokens = sum(1 for e in events[:-1] if e.get("choices"))
+        assert num_tokens < 3000, num_tokens
         assert server.process.wait(120) != 0
         assert '"event":"engine_dead"' in server.log()
     finally:

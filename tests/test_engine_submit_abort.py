@@ -69,3 +69,17 @@ async def test_any_failure_after_registration_is_aborted(
     stream = await engine.submit("after", [1, 2, 3, 4], SamplingOptions(max_tokens=2))
     chunks = [chunk async for chunk in stream]
     assert chunks[-1].finished and _unfinished(engine) == 0
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_closing_a_stream_aborts_it_whether_or_not_it_was_read(engine: VLLMEngine) -> None:
+    options = SamplingOptions(max_tokens=200, ignore_eos=True)
+    never_read = await engine.submit("never-read", [1, 2, 3, 4], options)
+    read_once = await engine.submit("read-once", [1, 2, 3, 4], options)
+    assert not (await anext(read_once)).finished
+    assert _unfinished(engine) == 2
+    await never_read.aclose()
+    await read_once.aclose()
+    await read_once.aclose()  # idempotent
+    assert _unfinished(engine) == 0
+    assert [chunk async for chunk in read_once] == []

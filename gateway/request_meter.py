@@ -1,0 +1,113 @@
+"""What one request adds to the gateway's metrics and log: the one place a request is counted.
+
+From its arrival to its end, a completion request passes through the lifecycle
+(``lifecycle.py``: queued, admitted or refused) and, once in the engine, its
+``MeasuredStream``; both tell this meter what happened, and only the meter writes the
+request's metrics and its ``request_finished`` log line.
+
+Latency is measured as a token leaves for the client: one TTFT sample at the first
+content token, one ITL sample per later token (tokens that share one engine output count
+as zero gaps), and the end-to-end time of a request that ended ``ok``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Literal
+
+from engine_worker.api import GenerationChunk
+from gateway.admission import AdmissionRejected
+from gateway.errors import outcome_of
+from gateway.metrics import GatewayMetrics
+
+logger = logging.getLogger("dlfp.request")
+
+Outcome = Literal["ok", "aborted", "client_stalled", "server_error"]
+"""How a request that reached the engine ended, as ``dlfp_requests_total`` counts it."""
+
+
+class RequestMeter:
+    def __init__(self, metrics: GatewayMetrics, endpoint: str, arrival_s: float) -> None:
+        self._metrics = metrics
+        self.endpoint = endpoint
+        self._arrival_s = arrival_s
+        self._in_engine = False
+        self._first_token_s: float | None = None
+        self._last_token_s: dict[int, float] = {}
+        self._num_generated: dict[int, int] = {}
+
+    # --- before the engine ---
+
+    @contextmanager
+    def queued(self) -> Iterator[None]:
+        """While the request waits for admission."""
+        self._metrics.queued_requests.inc()
+        try:
+            yield
+        finally:
+            self._metrics.queued_requests.dec()
+
+    def admitted(self, queue_s: float) -> None:
+        self._metrics.queue.observe(queue_s)
+
+    def refused(self, exc: BaseException) -> None:
+        """A request that never reached the engine: its outcome, once."""
+        if isinstance(exc, AdmissionRejected):
+            self._metrics.admission_rejections.labels(reason=exc.reason).inc()
+        self._metrics.requests.labels(endpoint=self.endpoint, outcome=outcome_of(exc)).inc()
+
+    # --- in the engine ---
+
+    def submitted(self, num_prompt_tokens: int) -> None:
+        self._in_engine = True
+        self._metrics.active_requests.inc()
+        self._metrics.prompt_tokens.inc(num_prompt_tokens)
+
+    @property
+    def num_generated(self) -> int:
+        return sum(self._num_generated.values())
+
+    def observe(self, chunk: GenerationChunk, now: float) -> bool:
+        """Time the chunk's tokens as they leave; True if it carries the first one."""
+        metrics, first = self._metrics, False
+        for choice in chunk.choices:
+            n = len(choice.token_ids)
+            if n == 0:
+                continue
+            previous = self._last_token_s.get(choice.index)
+            if previous is not None:
+                metrics.itl.observe(now - previous)
+            elif self._first_token_s is None:
+                self._first_token_s, first = now, True
+                metrics.ttft.observe(now - self._arrival_s)
+            for _ in range(n - 1):
+                metrics.itl.observe(0.0)
+            self._last_token_s[choice.index] = now
+            self._num_generated[choice.index] = self._num_generated.get(choice.index, 0) + n
+            metrics.generation_tokens.inc(n)
+        return first
+
+    def ended(self, outcome: Outcome, completion_id: str, num_prompt_tokens: int) -> None:
+        """A request that reached the engine: its outcome, its latency and its log line."""
+        metrics = self._metrics
+        if self._in_engine:
+            metrics.active_requests.dec()
+        metrics.requests.labels(endpoint=self.endpoint, outcome=outcome).inc()
+        last = max(self._last_token_s.values(), default=None)
+        if outcome == "ok" and last is not None:
+            metrics.e2e.observe(last - self._arrival_s)
+        ttft = None if self._first_token_s is None else self._first_token_s - self._arrival_s
+        logger.info(
+            "request finished",
+            extra={
+                "event": "request_finished",
+                "completion_id": completion_id,
+                "endpoint": self.endpoint,
+                "outcome": outcome,
+                "prompt_tokens": num_prompt_tokens,
+                "completion_tokens": self.num_generated,
+                "ttft_s": None if ttft is None else round(ttft, 4),
+            },
+        )
