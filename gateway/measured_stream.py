@@ -32,7 +32,6 @@ class MeasuredStream:
         self.completion_id = completion_id
         self._meter = meter
         self._outcome: Outcome = "aborted"
-        self.num_prompt_tokens = 0
         self._ticket = ticket
         self._slot = slot
         self._clock = clock
@@ -49,6 +48,10 @@ class MeasuredStream:
         """How the request ended, told before ``aclose()``; after it, nothing changes."""
         if not self._closed:
             self._outcome = outcome
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return self._meter.num_prompt_tokens or 0
 
     @property
     def num_generated(self) -> int:
@@ -70,7 +73,6 @@ class MeasuredStream:
             self._closed = True
             await self._slot.aclose()
             raise
-        self.num_prompt_tokens = len(prompt_ids)
         self._meter.submitted(len(prompt_ids))
 
     async def chunks(self) -> AsyncIterator[GenerationChunk]:
@@ -109,4 +111,4 @@ class MeasuredStream:
                 await stream.aclose()
         finally:
             await self._slot.aclose()
-            self._meter.ended(self._outcome, self.completion_id, self.num_prompt_tokens)
+            self._meter.ended(self._outcome, self.completion_id)

@@ -33,7 +33,8 @@ class RequestMeter:
         self._metrics = metrics
         self.endpoint = endpoint
         self._arrival_s = arrival_s
-        self._in_engine = False
+        self.num_prompt_tokens: int | None = None
+        """Set once the request is in the engine."""
         self._first_token_s: float | None = None
         self._last_token_s: dict[int, float] = {}
         self._num_generated: dict[int, int] = {}
@@ -61,7 +62,7 @@ class RequestMeter:
     # --- in the engine ---
 
     def submitted(self, num_prompt_tokens: int) -> None:
-        self._in_engine = True
+        self.num_prompt_tokens = num_prompt_tokens
         self._metrics.active_requests.inc()
         self._metrics.prompt_tokens.inc(num_prompt_tokens)
 
@@ -89,10 +90,10 @@ class RequestMeter:
             metrics.generation_tokens.inc(n)
         return first
 
-    def ended(self, outcome: Outcome, completion_id: str, num_prompt_tokens: int) -> None:
+    def ended(self, outcome: Outcome, completion_id: str) -> None:
         """A request that reached the engine: its outcome, its latency and its log line."""
         metrics = self._metrics
-        if self._in_engine:
+        if self.num_prompt_tokens is not None:
             metrics.active_requests.dec()
         metrics.requests.labels(endpoint=self.endpoint, outcome=outcome).inc()
         last = max(self._last_token_s.values(), default=None)
@@ -106,7 +107,7 @@ class RequestMeter:
                 "completion_id": completion_id,
                 "endpoint": self.endpoint,
                 "outcome": outcome,
-                "prompt_tokens": num_prompt_tokens,
+                "prompt_tokens": self.num_prompt_tokens or 0,
                 "completion_tokens": self.num_generated,
                 "ttft_s": None if ttft is None else round(ttft, 4),
             },
