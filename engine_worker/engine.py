@@ -398,6 +398,8 @@ class VLLMEngine:
             from engine_worker.worker_extension import ALLOCATE_METHOD
 
             await llm.collective_rpc(ALLOCATE_METHOD)
+        if self.spec.device == "cpu":
+            await self._guard_seeded_sampling(llm)
         self._tokenizer = llm.get_tokenizer()
         self.info.max_token_bytes = await asyncio.to_thread(_max_token_bytes, self._tokenizer)
         await asyncio.to_thread(self._prepare_chat, llm)
@@ -426,6 +428,19 @@ class VLLMEngine:
                 )
         self._llm = llm
         logger.info("engine ready", extra={"event": "engine_ready", "model": self.info.model_name})
+
+    async def _guard_seeded_sampling(self, llm: Any) -> None:
+        """On the CPU, a seeded request prefilled in chunks would fail the worker
+        (``seeded_sampling``); the guard needs the gateway's worker extension."""
+        if not self._has_worker_extension:
+            logger.warning(
+                "seeded requests whose prompt is prefilled in chunks can fail the CPU engine",
+                extra={"event": "seeded_sampling_unguarded", "reason": "worker_extension_cls"},
+            )
+            return
+        from engine_worker.worker_extension import GUARD_SEEDED_METHOD
+
+        await llm.collective_rpc(GUARD_SEEDED_METHOD)
 
     async def _install_device_timer(self, llm: Any, channel: Any) -> None:
         """The ring of device step times (``step_ring``), its writers and its reader.

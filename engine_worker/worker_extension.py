@@ -7,10 +7,12 @@ by every worker). It serves two purposes:
 - ``dlfp_allocate_intermediate_tensors``: the receive buffer a later pipeline
   stage needs on the CPU backend (``cpu_pipeline``), called only with stages;
 - ``dlfp_install_device_timer``: the device timer of each step (``device_timer``),
-  which writes to the gateway's shared-memory ring (``step_ring``), called always.
+  which writes to the gateway's shared-memory ring (``step_ring``), called always;
+- ``dlfp_guard_seeded_sampling``: keeps a seeded request's prefill in chunks from
+  failing a CPU worker (``seeded_sampling``), called on the CPU.
 
 The engine installs it unless the operator named an extension of their own; then
-neither runs (device timing is unavailable and ``observation: device`` falls
+none runs (device timing is unavailable and ``observation: device`` falls
 back to ``completion``).
 """
 
@@ -21,6 +23,7 @@ from typing import Any
 EXTENSION_CLS = "engine_worker.worker_extension.DLFPWorkerExtension"
 ALLOCATE_METHOD = "dlfp_allocate_intermediate_tensors"
 INSTALL_TIMER_METHOD = "dlfp_install_device_timer"
+GUARD_SEEDED_METHOD = "dlfp_guard_seeded_sampling"
 
 
 class DLFPWorkerExtension:
@@ -51,3 +54,9 @@ class DLFPWorkerExtension:
         device = getattr(self.model_runner, "device", None)
         install(self, ring, is_cuda=getattr(device, "type", "cpu") == "cuda")
         return True
+
+    def dlfp_guard_seeded_sampling(self) -> None:
+        """Guard this worker's seeded generators through discarded samples (CPU only)."""
+        from engine_worker.seeded_sampling import install
+
+        install(self.model_runner)
