@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import random
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +18,7 @@ import psutil
 import pytest
 
 from tests.conftest import TINY_MODEL_NAME, Server
-from tests.engine_helpers import admin, chat_body, long_prompt, metric_sum, metrics
+from tests.engine_helpers import admin, chat_body, long_prompt, metric_sum, metrics, stream_chat
 from tests.fuzz import fuzz_for_500
 
 pytestmark = pytest.mark.engine
@@ -142,9 +144,14 @@ def test_disconnects_at_random_points_leave_nothing_running(
     assert view["state"]["num_active"] == 0 and view["state"]["num_queued"] == 0
 
 
-def test_schemathesis_finds_no_500(gateway_server: Server) -> None:
-    """Fuzz the real app's OpenAPI schema: no 500, and error replies match the schema."""
-    assert fuzz_for_500(gateway_server.base_url, [TINY_MODEL_NAME], max_examples=25) == []
+def test_schemathesis_smoke_finds_no_500(gateway_server: Server) -> None:
+    """A smoke run of the fuzzer on the real engine: no 500, and replies match the schema.
+
+    The breadth (100 examples per operation) runs on the fake engine in ``test_fuzz.py``,
+    where a 500 can only be the gateway's; this checks that the real engine's errors
+    (tokenizer, template, length) map the same way.
+    """
+    assert fuzz_for_500(gateway_server.base_url, [TINY_MODEL_NAME], max_examples=3) == []
 
 
 def test_disconnect_aborts_a_non_streamed_request(gateway_server: Server) -> None:
@@ -224,3 +231,36 @@ def test_template_and_tokenizer_errors_are_invalid_requests(tiny_model_dir: Path
     with pytest.raises(InvalidRequestError) as surrogate:
         engine.tokenize("a\ud800b")
     assert surrogate.value.param == "prompt"
+
+
+def test_a_seeded_request_prefilled_in_chunks_keeps_the_engine_and_its_stream(
+    gateway_server: Server,
+) -> None:
+    """A seeded long prompt prefilled in 16-token chunks beside a decoding stream: vLLM
+    winds the seeded generator back after each discarded sample, which a CPU generator
+    cannot do (``engine_worker/seeded_sampling.py``). The engine lives, and the sampled
+    text is the one the same request gets when its prompt is prefilled at once."""
+    before = admin(gateway_server, "GET").json()["settings"]
+    prompt = long_prompt(4242, 1500)
+    seeded = {"temperature": 1.0, "seed": 11}
+    try:
+        assert admin(gateway_server, "PATCH", json={"controller": "off"}).status_code == 200
+        at_once = stream_chat(gateway_server, prompt, 12, **seeded)
+        assert at_once["status"] == 200, at_once
+        patch = {"controller": "fixed", "fixed_cap_tokens": 16}
+        assert admin(gateway_server, "PATCH", json=patch).status_code == 200
+        mixed_before = admin(gateway_server, "GET").json()["state"]["num_mixed_steps"]
+        decoding = threading.Event()
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            stream = pool.submit(stream_chat, gateway_server, "Tell me more.", 300, decoding.set)
+            assert decoding.wait(120)
+            chunked = stream_chat(gateway_server, prompt, 12, **seeded)
+            assert stream.result(300)["status"] == 200
+        mixed_after = admin(gateway_server, "GET").json()["state"]["num_mixed_steps"]
+    finally:
+        assert admin(gateway_server, "PUT", json=before).status_code == 200
+    assert chunked["status"] == 200 and chunked["done"], chunked
+    assert mixed_after > mixed_before  # the prompt really was prefilled beside the decodes
+    assert chunked["text"] == at_once["text"]
+    with gateway_server.client() as client:
+        assert client.get("/ready").status_code == 200
