@@ -7,6 +7,7 @@ exactly reproducible across chunk sizes).
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import os
 import signal
@@ -23,7 +24,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.debian_tools import debian_tool
+from tests.debian_tools import DebianPrograms, provision
 from tests.tiny_model import make_tiny_model
 
 pytest_plugins = ["tests.fake_openai_server"]
@@ -115,6 +116,21 @@ def start_server(
     raise RuntimeError(f"gateway not ready after {ready_timeout_s} s:\n{server.log()[-4000:]}")
 
 
+def start_servers(specs: dict[str, dict[str, str]]) -> dict[str, Server]:
+    """``start_server`` for each name and environment, all at once; if one fails, the
+    others are stopped and its error is raised."""
+    with concurrent.futures.ThreadPoolExecutor(len(specs)) as pool:
+        futures = {name: pool.submit(start_server, name, env) for name, env in specs.items()}
+        concurrent.futures.wait(futures.values())
+    failed = [error for f in futures.values() if (error := f.exception()) is not None]
+    if failed:
+        for future in futures.values():
+            if future.exception() is None:
+                stop_server(future.result())
+        raise failed[0]
+    return {name: future.result() for name, future in futures.items()}
+
+
 def stop_server(server: Server, timeout_s: float = 120.0) -> int:
     if server.process.poll() is None:
         server.process.send_signal(signal.SIGTERM)
@@ -172,38 +188,42 @@ SMOLLM_ENV = {
 
 
 @pytest.fixture(scope="session")
-def smollm_server() -> Iterator[Server]:
-    """The embedded SmolLM2 in the configured dtype (``DLFP_DTYPE``, else ``auto``)."""
-    server = start_server("smollm2-gateway", SMOLLM_ENV)
-    yield server
-    assert stop_server(server) == 0, server.log()[-3000:]
-
-
-@pytest.fixture(scope="session")
-def smollm_f32_server(request: pytest.FixtureRequest) -> Iterator[Server]:
-    """The embedded SmolLM2 in float32: ``smollm_server`` itself where the configured
-    dtype resolves to float32 (an AVX2-only CPU, by default), else a gateway of its own."""
+def smollm_servers() -> Iterator[dict[str, Server]]:
+    """The embedded SmolLM2's gateways by dtype: ``configured`` (``DLFP_DTYPE``, else
+    ``auto``) and ``float32``. Where the configured dtype resolves to float32 (an AVX2-only
+    CPU, by default) one gateway is both; elsewhere the two start together."""
     from engine_worker.cpu_features import read_cpu_flags, resolve_dtype
 
     configured = resolve_dtype(os.environ.get("DLFP_DTYPE", "auto"), "cpu", read_cpu_flags())
-    if configured == "float32":
-        yield request.getfixturevalue("smollm_server")
-        return
-    server = start_server("smollm2-float32-gateway", SMOLLM_ENV | {"DLFP_DTYPE": "float32"})
-    yield server
-    assert stop_server(server) == 0, server.log()[-3000:]
+    specs = {"smollm2-gateway": SMOLLM_ENV}
+    if configured != "float32":
+        specs["smollm2-float32-gateway"] = SMOLLM_ENV | {"DLFP_DTYPE": "float32"}
+    servers = start_servers(specs)
+    yield {
+        "configured": servers["smollm2-gateway"],
+        "float32": servers.get("smollm2-float32-gateway", servers["smollm2-gateway"]),
+    }
+    for server in servers.values():
+        assert stop_server(server) == 0, server.log()[-3000:]
 
 
 @pytest.fixture(scope="session")
-def chromium() -> str:
-    """Debian's Chromium, for the dashboard test."""
-    return debian_tool("chromium", "chromium")
+def smollm_server(smollm_servers: dict[str, Server]) -> Server:
+    """The embedded SmolLM2 in the configured dtype."""
+    return smollm_servers["configured"]
 
 
 @pytest.fixture(scope="session")
-def promtool() -> str:
-    """promtool from Debian's prometheus, for the Prometheus config and exposition tests."""
-    return debian_tool("promtool", "prometheus")
+def smollm_f32_server(smollm_servers: dict[str, Server]) -> Server:
+    """The embedded SmolLM2 in float32."""
+    return smollm_servers["float32"]
+
+
+@pytest.fixture(scope="session")
+def debian_programs() -> DebianPrograms:
+    """Chromium (the dashboard test) and promtool (the Prometheus config and exposition
+    tests), installed from Debian together where missing."""
+    return DebianPrograms(provision())
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ import pytest
 
 from tests.cdp import launch_chromium
 from tests.conftest import ARTIFACTS, TINY_MODEL_NAME, Server
+from tests.debian_tools import DebianPrograms
 from tests.http_helpers import fake_client
 
 PLOT_IDS = (
@@ -124,10 +125,12 @@ def streaming(server: Server, num_workers: int = 2) -> Iterator[threading.Event]
 
 
 @pytest.mark.engine
-def test_dashboard_draws_live_metrics_in_chromium(gateway_server: Server, chromium: str) -> None:
+def test_dashboard_draws_live_metrics_in_chromium(
+    gateway_server: Server, debian_programs: DebianPrograms
+) -> None:
     with gateway_server.client() as client:
         assert client.get("/dashboard").status_code == 200
-    with launch_chromium(chromium) as page:
+    with launch_chromium(debian_programs.path("chromium")) as page:
         page.navigate(f"{gateway_server.base_url}/dashboard")
         # Generous timeouts: the engine shares the machine's few cores with the browser.
         page.wait_for("Number(document.body.dataset.updates) >= 1", timeout_s=90)

@@ -27,6 +27,7 @@ from engine_worker.embedded_model import SOURCE_DISTRIBUTION, SOURCE_VERSION
 from gateway.server import CUT_GRACE_S, UVICORN_SHUTDOWN_S
 from gateway.settings import SECRET_FIELDS, Settings
 from tests.conftest import Server
+from tests.debian_tools import DebianPrograms
 from tests.fakes import FakeEngine
 from tests.http_helpers import fake_app, fake_client
 
@@ -281,7 +282,10 @@ def test_prometheus_and_grafana_provisioning_agree(
     assert used == {datasource["uid"]}
 
 
-def test_promtool_accepts_the_prometheus_config(promtool: str, tmp_path: Path) -> None:
+def test_promtool_accepts_the_prometheus_config(
+    debian_programs: DebianPrograms, tmp_path: Path
+) -> None:
+    promtool = debian_programs.path("promtool")
     # promtool also checks that the token file exists: point it at one here.
     token = tmp_path / "metrics_token"
     token.write_text("t0ken\n")

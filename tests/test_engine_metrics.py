@@ -9,6 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import Server
+from tests.debian_tools import DebianPrograms
 from tests.engine_helpers import metric_sum, metrics, stream_chat
 
 pytestmark = pytest.mark.engine
@@ -31,7 +32,10 @@ def test_one_ttft_and_n_minus_1_itl_samples_per_stream(gateway_server: Server) -
     assert metric_sum(after, "vllm:generation_tokens_total") > 0
 
 
-def test_exposition_parses_and_passes_promtool(gateway_server: Server, promtool: str) -> None:
+def test_exposition_parses_and_passes_promtool(
+    gateway_server: Server, debian_programs: DebianPrograms
+) -> None:
+    promtool = debian_programs.path("promtool")
     text = httpx.get(gateway_server.base_url + "/metrics", timeout=30).text
     names = {family.name for family in text_string_to_metric_families(text)}
     for expected in (
