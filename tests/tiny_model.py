@@ -24,7 +24,7 @@ SEED = 1234
 VOCAB_TARGET = 2000
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2
 HIDDEN, INTERMEDIATE, LAYERS, HEADS, KV_HEADS, HEAD_DIM = 128, 256, 2, 4, 2, 32
-MAX_POSITIONS = 4096
+MAX_POSITIONS = 32768
 # head_dim 32 on purpose: vLLM's CPU attention rejects head sizes below 32.
 
 CHATML_TEMPLATE = (
