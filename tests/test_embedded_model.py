@@ -44,7 +44,8 @@ def test_the_models_default_sampling_is_its_cards(smollm_server: Server) -> None
     """No temperature or top_p sent: the model card's 0.2 and 0.9 apply, exactly as if sent.
 
     Seeded sampling is reproducible on one engine in any dtype, so the comparison holds
-    whatever the answers say.
+    whatever the answers say. One request at a time: batched with others, a request's
+    logits may round differently.
     """
     client = openai.OpenAI(api_key="unused", base_url=smollm_server.base_url + "/v1", timeout=300)
 
@@ -53,14 +54,14 @@ def test_the_models_default_sampling_is_its_cards(smollm_server: Server) -> None
             client.chat.completions.create(
                 model=MODEL,
                 messages=[{"role": "user", "content": "What is the capital of France?"}],
-                max_tokens=30,
+                max_tokens=16,
                 seed=seed,
                 **sampling,  # type: ignore[arg-type]
             )
             .choices[0]
             .message.content
             or ""
-            for seed in range(10)
+            for seed in range(4)
         ]
 
     defaults = answers()
