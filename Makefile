@@ -32,7 +32,8 @@ endif
 serve: install
 	exec $(VENV)/bin/dlfp-gateway serve
 
-test: install
+# Lint first: CI runs only this target, and a tree that fails lint fails it.
+test: install lint
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 test-quick: install

@@ -1,0 +1,16 @@
+"""Waiting on the event loop by turns, not by time: a quick-tier test that needs other
+tasks to reach a state yields until they have, instead of sleeping and hoping."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+
+async def until(done: Callable[[], bool], max_turns: int = 1000) -> None:
+    """Yield to the loop until ``done()`` holds; fail after ``max_turns`` turns."""
+    for _ in range(max_turns):
+        if done():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"not reached within {max_turns} loop turns")
