@@ -1,14 +1,16 @@
-"""Shared fixtures. The real-engine tier shares ONE gateway (one vLLM engine) per session.
+"""Shared fixtures. The real-engine tier shares its gateways (``shared_gateways``).
 
 The session gateway is the real ``dlfp-gateway serve`` in a subprocess, on the
 tiny random model the tests make themselves, in float32 (so greedy outputs are
-exactly reproducible across chunk sizes).
+exactly reproducible across chunk sizes). Beside it: the tiny model on two pipeline
+stages, and the embedded SmolLM2 in the configured dtype and in float32.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import functools
+import json
 import os
 import signal
 import socket
@@ -131,17 +133,27 @@ def start_servers(specs: dict[str, dict[str, str]]) -> dict[str, Server]:
     return {name: future.result() for name, future in futures.items()}
 
 
-def stop_server(server: Server, timeout_s: float = 120.0) -> int:
+def end_server(server: Server) -> None:
+    """SIGTERM, once: a second signal would cut the gateway's drain short."""
     if server.process.poll() is None:
         server.process.send_signal(signal.SIGTERM)
-        try:
-            server.process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            for child in psutil.Process(server.process.pid).children(recursive=True):
-                child.kill()
-            server.process.kill()
-            server.process.wait()
+
+
+def wait_server(server: Server, timeout_s: float = 120.0) -> int:
+    """Its exit code; killed, with its children, if it has not exited within the time."""
+    try:
+        server.process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        for child in psutil.Process(server.process.pid).children(recursive=True):
+            child.kill()
+        server.process.kill()
+        server.process.wait()
     return server.process.returncode
+
+
+def stop_server(server: Server, timeout_s: float = 120.0) -> int:
+    end_server(server)
+    return wait_server(server, timeout_s)
 
 
 @pytest.fixture(scope="session")
@@ -149,32 +161,17 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_model(tmp_path_factory.mktemp("models") / TINY_MODEL_NAME, dtype="float32")
 
 
-@pytest.fixture(scope="session")
-def gateway_server(tiny_model_dir: Path) -> Iterator[Server]:
-    """The one real gateway + vLLM engine on the tiny model, shared by the test session."""
-    server = start_server(
-        "session-gateway",
-        {
-            "DLFP_MODEL": str(tiny_model_dir),
-            "DLFP_SERVED_MODEL_NAME": TINY_MODEL_NAME,
-            # NOTE: pinned, not ``auto``: outputs are compared across chunk sizes and
-            # controllers, and are identical only in float32 (in bf16, as ``auto`` gives on
-            # CPUs with AMX, vLLM's CPU kernels round differently per chunk size).
-            "DLFP_DTYPE": "float32",
-            "DLFP_DEVICE": "cpu",
-            "DLFP_MAX_MODEL_LEN": "4096",
-            "DLFP_KV_CACHE_GIB": "1",
-            "DLFP_ADMIN_TOKEN": ADMIN_TOKEN,
-            "DLFP_LOG_LEVEL": "info",
-            # Repeated prompts must be prefilled again, or agreement tests compare no capping.
-            "DLFP_ENGINE_ARGS": '{"enable_prefix_caching": "false"}',
-            # A short fit: the tiny model's steps take milliseconds.
-            "DLFP_STARTUP_FIT_S": "3",
-        },
-    )
-    yield server
-    code = stop_server(server)
-    assert code == 0, f"gateway exited {code} on SIGTERM:\n{server.log()[-3000:]}"
+def tiny_gateway_env(model_dir: Path, **env: str) -> dict[str, str]:
+    """A gateway on the tiny model, float32: outputs are compared across chunk sizes and
+    controllers, and are identical only in float32 (in bf16, as ``auto`` gives on CPUs with
+    native bf16, vLLM's CPU kernels round differently per chunk size)."""
+    return {
+        "DLFP_MODEL": str(model_dir),
+        "DLFP_SERVED_MODEL_NAME": TINY_MODEL_NAME,
+        "DLFP_DTYPE": "float32",
+        "DLFP_DEVICE": "cpu",
+        "DLFP_KV_CACHE_GIB": "1",
+    } | env
 
 
 SMOLLM_ENV = {
@@ -186,37 +183,98 @@ SMOLLM_ENV = {
 }
 """The embedded SmolLM2's gateways: the model is the default, so no ``DLFP_MODEL``."""
 
+SHARED_GATEWAYS = ("gateway_server", "batch_queue_server", "smollm_server", "smollm_f32_server")
+"""The fixtures of the gateways that serve many tests; ``shared_gateways`` starts them."""
 
-@pytest.fixture(scope="session")
-def smollm_servers() -> Iterator[dict[str, Server]]:
-    """The embedded SmolLM2's gateways by dtype: ``configured`` (``DLFP_DTYPE``, else
-    ``auto``) and ``float32``. Where the configured dtype resolves to float32 (an AVX2-only
-    CPU, by default) one gateway is both; elsewhere the two start together."""
+
+def _shared_specs(needed: set[str], model_dir: Callable[[], Path]) -> dict[str, dict[str, str]]:
+    """Each needed shared gateway's log name and environment."""
     from engine_worker.cpu_features import read_cpu_flags, resolve_dtype
 
+    specs: dict[str, dict[str, str]] = {}
+    if "gateway_server" in needed:
+        specs["session-gateway"] = tiny_gateway_env(
+            model_dir(),
+            DLFP_MAX_MODEL_LEN="4096",
+            DLFP_ADMIN_TOKEN=ADMIN_TOKEN,
+            DLFP_LOG_LEVEL="info",
+            # Repeated prompts must be prefilled again, or agreement tests compare no capping.
+            DLFP_ENGINE_ARGS='{"enable_prefix_caching": "false"}',
+            # A short fit: the tiny model's steps take milliseconds.
+            DLFP_STARTUP_FIT_S="3",
+        )
+    if "batch_queue_server" in needed:
+        # Two pipeline stages: the engine core keeps two batches in flight.
+        specs["batch-queue-gateway"] = tiny_gateway_env(
+            model_dir(),
+            DLFP_MAX_MODEL_LEN="4096",
+            DLFP_ADMIN_TOKEN=ADMIN_TOKEN,
+            DLFP_LOG_LEVEL="info",
+            DLFP_ENGINE_ARGS=json.dumps(
+                {"pipeline_parallel_size": "2", "enable_prefix_caching": "false"}
+            ),
+        )
     configured = resolve_dtype(os.environ.get("DLFP_DTYPE", "auto"), "cpu", read_cpu_flags())
-    specs = {"smollm2-gateway": SMOLLM_ENV}
-    if configured != "float32":
+    if needed & {"smollm_server", "smollm_f32_server"}:
+        specs["smollm2-gateway"] = SMOLLM_ENV
+    if "smollm_f32_server" in needed and configured != "float32":
         specs["smollm2-float32-gateway"] = SMOLLM_ENV | {"DLFP_DTYPE": "float32"}
+    return specs
+
+
+@pytest.fixture(scope="session")
+def shared_gateways(request: pytest.FixtureRequest) -> Iterator[dict[str, Server]]:
+    """The shared gateways the selected tests use, by fixture name, started together at
+    the first test that needs one (a run of one file starts only its own). At the end of
+    the test session all get SIGTERM at once, so their shutdowns overlap, and each must
+    exit 0. Starting them together saves little (a start is mostly CPU-bound imports);
+    stopping them together saves their shutdowns' waits."""
+    needed = {n for item in request.session.items for n in getattr(item, "fixturenames", ())}
+    specs = _shared_specs(
+        needed & set(SHARED_GATEWAYS), lambda: request.getfixturevalue("tiny_model_dir")
+    )
     servers = start_servers(specs)
+    smollm = servers.get("smollm2-gateway")
     yield {
-        "configured": servers["smollm2-gateway"],
-        "float32": servers.get("smollm2-float32-gateway", servers["smollm2-gateway"]),
+        name: server
+        for name, server in (
+            ("gateway_server", servers.get("session-gateway")),
+            ("batch_queue_server", servers.get("batch-queue-gateway")),
+            ("smollm_server", smollm),
+            ("smollm_f32_server", servers.get("smollm2-float32-gateway", smollm)),
+        )
+        if server is not None
     }
     for server in servers.values():
-        assert stop_server(server) == 0, server.log()[-3000:]
+        end_server(server)
+    codes = {name: wait_server(server) for name, server in servers.items()}
+    failed = {name: code for name, code in codes.items() if code != 0}
+    assert not failed, (failed, [servers[name].log()[-3000:] for name in failed])
 
 
 @pytest.fixture(scope="session")
-def smollm_server(smollm_servers: dict[str, Server]) -> Server:
-    """The embedded SmolLM2 in the configured dtype."""
-    return smollm_servers["configured"]
+def gateway_server(shared_gateways: dict[str, Server]) -> Server:
+    """The one real gateway + vLLM engine on the tiny model, shared by the test session."""
+    return shared_gateways["gateway_server"]
 
 
 @pytest.fixture(scope="session")
-def smollm_f32_server(smollm_servers: dict[str, Server]) -> Server:
-    """The embedded SmolLM2 in float32."""
-    return smollm_servers["float32"]
+def batch_queue_server(shared_gateways: dict[str, Server]) -> Server:
+    """The tiny model on two pipeline stages (``tests/test_batch_queue_engine.py``)."""
+    return shared_gateways["batch_queue_server"]
+
+
+@pytest.fixture(scope="session")
+def smollm_server(shared_gateways: dict[str, Server]) -> Server:
+    """The embedded SmolLM2 in the configured dtype (``DLFP_DTYPE``, else ``auto``)."""
+    return shared_gateways["smollm_server"]
+
+
+@pytest.fixture(scope="session")
+def smollm_f32_server(shared_gateways: dict[str, Server]) -> Server:
+    """The embedded SmolLM2 in float32: ``smollm_server`` itself where the configured dtype
+    resolves to float32 (an AVX2-only CPU, by default), else a gateway of its own."""
+    return shared_gateways["smollm_f32_server"]
 
 
 @pytest.fixture(scope="session")

@@ -6,23 +6,20 @@ k+1 is scheduled before step k completes, the order every GPU user's engine
 runs in. With pipeline stages vLLM keeps async scheduling off, so the
 synchronous ``DLFPScheduler`` is the one on this path.
 
-The gateway binds one core per stage unless ``VLLM_CPU_OMP_THREADS_BIND`` is
-set (this file's server inherits the environment).
+The gateway (``batch_queue_server``, in conftest) binds one core per stage unless
+``VLLM_CPU_OMP_THREADS_BIND`` is set (the server inherits the environment).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import ADMIN_TOKEN, TINY_MODEL_NAME, Server, start_server, stop_server
+from tests.conftest import Server
 from tests.engine_helpers import admin, chat_body, long_prompt, steps_since
 from tests.http_helpers import sse_json
 
@@ -31,30 +28,6 @@ pytestmark = pytest.mark.engine
 SHORT = [f"Question {i}: what did the passengers see from the window?" for i in range(6)]
 MAX_TOKENS = 48
 LONG_MAX_TOKENS = 8
-
-
-@pytest.fixture(scope="module")
-def pp_server(tiny_model_dir: Path) -> Iterator[Server]:
-    server = start_server(
-        "batch-queue-gateway",
-        {
-            "DLFP_MODEL": str(tiny_model_dir),
-            "DLFP_SERVED_MODEL_NAME": TINY_MODEL_NAME,
-            # Pinned: outputs are compared with ``off``'s token for token (float32 only).
-            "DLFP_DTYPE": "float32",
-            "DLFP_DEVICE": "cpu",
-            "DLFP_MAX_MODEL_LEN": "4096",
-            "DLFP_KV_CACHE_GIB": "1",
-            "DLFP_ADMIN_TOKEN": ADMIN_TOKEN,
-            "DLFP_LOG_LEVEL": "info",
-            "DLFP_ENGINE_ARGS": json.dumps(
-                {"pipeline_parallel_size": "2", "enable_prefix_caching": "false"}
-            ),
-        },
-    )
-    yield server
-    code = stop_server(server)
-    assert code == 0, f"gateway exited {code} on SIGTERM:\n{server.log()[-3000:]}"
 
 
 def stream(server: Server, content: str, max_tokens: int, on_first: Any = None) -> dict[str, Any]:
@@ -112,7 +85,7 @@ def run_mode(server: Server, patch: dict[str, Any], tag: int) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def runs(pp_server: Server) -> dict[str, dict[str, Any]]:
+def runs(batch_queue_server: Server) -> dict[str, dict[str, Any]]:
     """The same load under each mode (prefix caching off: every prompt is prefilled again)."""
     modes = {
         "off": {"controller": "off"},
@@ -127,11 +100,11 @@ def runs(pp_server: Server) -> dict[str, dict[str, Any]]:
         "dlfp-ct-deadline": {"controller": "dlfp-ct", "feedforward": True, "plan": "deadline"},
         "dlfp": {"controller": "dlfp", "target_ms": 1},
     }
-    return {name: run_mode(pp_server, patch, tag=5) for name, patch in modes.items()}
+    return {name: run_mode(batch_queue_server, patch, tag=5) for name, patch in modes.items()}
 
 
-def test_scheduler_runs_ahead_of_execution(pp_server: Server) -> None:
-    s = state(pp_server)
+def test_scheduler_runs_ahead_of_execution(batch_queue_server: Server) -> None:
+    s = state(batch_queue_server)
     assert s["batch_queue_size"] == 2
     assert s["scheduler_cls"] == "DLFPScheduler"
     assert s["async_scheduling"] is False

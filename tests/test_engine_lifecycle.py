@@ -18,7 +18,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.conftest import TINY_MODEL_NAME, Server, start_server, start_servers, stop_server
+from tests.conftest import Server, start_server, start_servers, stop_server, tiny_gateway_env
 from tests.engine_helpers import chat_body
 from tests.http_helpers import sse_data, sse_json
 
@@ -26,15 +26,7 @@ pytestmark = pytest.mark.engine
 
 
 def _env(model_dir: Path, **env: str) -> dict[str, str]:
-    return {
-        "DLFP_MODEL": str(model_dir),
-        "DLFP_SERVED_MODEL_NAME": TINY_MODEL_NAME,
-        # The lifecycle does not depend on numerics; float32 is the session gateway's.
-        "DLFP_DTYPE": "float32",
-        "DLFP_DEVICE": "cpu",
-        "DLFP_KV_CACHE_GIB": "1",
-        "DLFP_DRAIN_S": "60",
-    } | env
+    return tiny_gateway_env(model_dir, **({"DLFP_DRAIN_S": "60"} | env))
 
 
 @pytest.fixture(scope="module")
