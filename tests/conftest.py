@@ -192,14 +192,18 @@ def _shared_specs(needed: set[str], model_dir: Callable[[], Path]) -> dict[str, 
     from engine_worker.cpu_features import read_cpu_flags, resolve_dtype
 
     specs: dict[str, dict[str, str]] = {}
+    served = {
+        "DLFP_MAX_MODEL_LEN": "4096",
+        "DLFP_ADMIN_TOKEN": ADMIN_TOKEN,
+        "DLFP_LOG_LEVEL": "info",
+    }
+    # Repeated prompts must be prefilled again, or agreement tests compare no capping.
+    no_prefix_cache = {"enable_prefix_caching": "false"}
     if "gateway_server" in needed:
         specs["session-gateway"] = tiny_gateway_env(
             model_dir(),
-            DLFP_MAX_MODEL_LEN="4096",
-            DLFP_ADMIN_TOKEN=ADMIN_TOKEN,
-            DLFP_LOG_LEVEL="info",
-            # Repeated prompts must be prefilled again, or agreement tests compare no capping.
-            DLFP_ENGINE_ARGS='{"enable_prefix_caching": "false"}',
+            **served,
+            DLFP_ENGINE_ARGS=json.dumps(no_prefix_cache),
             # A short fit: the tiny model's steps take milliseconds.
             DLFP_STARTUP_FIT_S="3",
         )
@@ -207,12 +211,8 @@ def _shared_specs(needed: set[str], model_dir: Callable[[], Path]) -> dict[str, 
         # Two pipeline stages: the engine core keeps two batches in flight.
         specs["batch-queue-gateway"] = tiny_gateway_env(
             model_dir(),
-            DLFP_MAX_MODEL_LEN="4096",
-            DLFP_ADMIN_TOKEN=ADMIN_TOKEN,
-            DLFP_LOG_LEVEL="info",
-            DLFP_ENGINE_ARGS=json.dumps(
-                {"pipeline_parallel_size": "2", "enable_prefix_caching": "false"}
-            ),
+            **served,
+            DLFP_ENGINE_ARGS=json.dumps({"pipeline_parallel_size": "2"} | no_prefix_cache),
         )
     configured = resolve_dtype(os.environ.get("DLFP_DTYPE", "auto"), "cpu", read_cpu_flags())
     if needed & {"smollm_server", "smollm_f32_server"}:
