@@ -107,9 +107,14 @@ def _stream_chats(server: Server, stop: threading.Event, first_done: threading.E
 
 
 @contextmanager
-def streaming(server: Server, num_workers: int = 2) -> Iterator[threading.Event]:
+def streaming(server: Server, num_workers: int = 1) -> Iterator[threading.Event]:
     """Keeps ``num_workers`` streams going; yields an event set once the first one ends
-    (or a worker fails)."""
+    (or a worker fails).
+
+    NOTE: one by default. The tiny model streams as fast as the gateway can write, and
+    two such clients on two cores starved Chromium's 1 s refresh: the test took 17 to
+    88 s on one CPU.
+    """
     stop, first_done = threading.Event(), threading.Event()
     with ThreadPoolExecutor(num_workers) as pool:
         workers: list[Future[int]] = [
