@@ -111,9 +111,8 @@ def streaming(server: Server, num_workers: int = 1) -> Iterator[threading.Event]
     """Keeps ``num_workers`` streams going; yields an event set once the first one ends
     (or a worker fails).
 
-    NOTE: one by default. The tiny model streams as fast as the gateway can write, and
-    two such clients on two cores starved Chromium's 1 s refresh: the test took 17 to
-    88 s on one CPU.
+    NOTE: one by default: it fills every plot, and the tiny model streams as fast as the
+    gateway can write, which takes CPU from Chromium's 1 s refresh on two cores.
     """
     stop, first_done = threading.Event(), threading.Event()
     with ThreadPoolExecutor(num_workers) as pool:
