@@ -53,10 +53,10 @@ def hold_discarded(model_runner: Any) -> Held:
     num_reqs = int(model_runner.input_batch.num_reqs)
     discarded = np.nonzero(model_runner.discard_request_mask.np[:num_reqs])[0]
     held: Held = {}
-    for row in discarded.tolist():
-        generator = generators.pop(int(row), None)
+    for row in discarded.tolist():  # Python ints, as the dict's keys
+        generator = generators.pop(row, None)
         if generator is not None:
-            held[int(row)] = (generator, generator.get_state())
+            held[row] = (generator, generator.get_state())
     return held
 
 

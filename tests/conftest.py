@@ -9,6 +9,7 @@ stages, and the embedded SmolLM2 in the configured dtype and in float32.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import functools
 import json
 import os
@@ -61,6 +62,15 @@ class Server:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def events(self) -> list[dict[str, Any]]:
+        """The gateway's structured log lines (one JSON object per event), in order."""
+        events = []
+        for line in self.log().splitlines():
+            if line[:1] == "{":
+                with contextlib.suppress(json.JSONDecodeError):
+                    events.append(json.loads(line))
+        return events
 
 
 def start_server(
@@ -183,15 +193,20 @@ SMOLLM_ENV = {
 }
 """The embedded SmolLM2's gateways: the model is the default, so no ``DLFP_MODEL``."""
 
-SHARED_GATEWAYS = ("gateway_server", "batch_queue_server", "smollm_server", "smollm_f32_server")
-"""The fixtures of the gateways that serve many tests; ``shared_gateways`` starts them."""
+SHARED_GATEWAYS = {
+    "gateway_server": "session-gateway",
+    "batch_queue_server": "batch-queue-gateway",
+    "smollm_server": "smollm2-gateway",
+    "smollm_f32_server": "smollm2-float32-gateway",
+}
+"""The fixtures of the gateways that serve many tests, and their log names;
+``shared_gateways`` starts them."""
 
 
-def _shared_specs(needed: set[str], model_dir: Callable[[], Path]) -> dict[str, dict[str, str]]:
-    """Each needed shared gateway's log name and environment."""
-    from engine_worker.cpu_features import read_cpu_flags, resolve_dtype
-
-    specs: dict[str, dict[str, str]] = {}
+def _shared_envs(needed: set[str], model_dir: Callable[[], Path]) -> dict[str, dict[str, str]]:
+    """Each needed shared gateway's environment, by fixture name. ``smollm_f32_server`` has
+    none where the configured dtype resolves to float32: ``smollm_server`` is that gateway."""
+    envs: dict[str, dict[str, str]] = {}
     served = {
         "DLFP_MAX_MODEL_LEN": "4096",
         "DLFP_ADMIN_TOKEN": ADMIN_TOKEN,
@@ -200,7 +215,7 @@ def _shared_specs(needed: set[str], model_dir: Callable[[], Path]) -> dict[str, 
     # Repeated prompts must be prefilled again, or agreement tests compare no capping.
     no_prefix_cache = {"enable_prefix_caching": "false"}
     if "gateway_server" in needed:
-        specs["session-gateway"] = tiny_gateway_env(
+        envs["gateway_server"] = tiny_gateway_env(
             model_dir(),
             **served,
             DLFP_ENGINE_ARGS=json.dumps(no_prefix_cache),
@@ -209,17 +224,19 @@ def _shared_specs(needed: set[str], model_dir: Callable[[], Path]) -> dict[str, 
         )
     if "batch_queue_server" in needed:
         # Two pipeline stages: the engine core keeps two batches in flight.
-        specs["batch-queue-gateway"] = tiny_gateway_env(
+        envs["batch_queue_server"] = tiny_gateway_env(
             model_dir(),
             **served,
             DLFP_ENGINE_ARGS=json.dumps({"pipeline_parallel_size": "2"} | no_prefix_cache),
         )
-    configured = resolve_dtype(os.environ.get("DLFP_DTYPE", "auto"), "cpu", read_cpu_flags())
     if needed & {"smollm_server", "smollm_f32_server"}:
-        specs["smollm2-gateway"] = SMOLLM_ENV
-    if "smollm_f32_server" in needed and configured != "float32":
-        specs["smollm2-float32-gateway"] = SMOLLM_ENV | {"DLFP_DTYPE": "float32"}
-    return specs
+        from engine_worker.cpu_features import read_cpu_flags, resolve_dtype
+
+        envs["smollm_server"] = SMOLLM_ENV
+        configured = resolve_dtype(os.environ.get("DLFP_DTYPE", "auto"), "cpu", read_cpu_flags())
+        if "smollm_f32_server" in needed and configured != "float32":
+            envs["smollm_f32_server"] = SMOLLM_ENV | {"DLFP_DTYPE": "float32"}
+    return envs
 
 
 @pytest.fixture(scope="session")
@@ -230,21 +247,14 @@ def shared_gateways(request: pytest.FixtureRequest) -> Iterator[dict[str, Server
     exit 0. Starting them together saves little (a start is mostly CPU-bound imports);
     stopping them together saves their shutdowns' waits."""
     needed = {n for item in request.session.items for n in getattr(item, "fixturenames", ())}
-    specs = _shared_specs(
-        needed & set(SHARED_GATEWAYS), lambda: request.getfixturevalue("tiny_model_dir")
+    envs = _shared_envs(
+        needed & SHARED_GATEWAYS.keys(), lambda: request.getfixturevalue("tiny_model_dir")
     )
-    servers = start_servers(specs)
-    smollm = servers.get("smollm2-gateway")
-    yield {
-        name: server
-        for name, server in (
-            ("gateway_server", servers.get("session-gateway")),
-            ("batch_queue_server", servers.get("batch-queue-gateway")),
-            ("smollm_server", smollm),
-            ("smollm_f32_server", servers.get("smollm2-float32-gateway", smollm)),
-        )
-        if server is not None
-    }
+    servers = start_servers({SHARED_GATEWAYS[name]: env for name, env in envs.items()})
+    by_fixture = {name: servers[SHARED_GATEWAYS[name]] for name in envs}
+    if "smollm_server" in by_fixture:
+        by_fixture.setdefault("smollm_f32_server", by_fixture["smollm_server"])
+    yield by_fixture
     for server in servers.values():
         end_server(server)
     codes = {name: wait_server(server) for name, server in servers.items()}

@@ -11,7 +11,6 @@ runs this file as the other CPU kind would.
 
 from __future__ import annotations
 
-import json
 import os
 
 import openai
@@ -31,9 +30,7 @@ def test_dtype_follows_this_cpu(smollm_server: Server) -> None:
     """``--dtype auto`` (the default): bf16 only where this CPU has native bf16."""
     flags = read_cpu_flags()
     expected = resolve_dtype(os.environ.get("DLFP_DTYPE", "auto"), "cpu", flags)
-    events = [
-        json.loads(line) for line in smollm_server.log().splitlines() if "engine_config" in line
-    ]
+    events = [e for e in smollm_server.events() if e.get("event") == "engine_config"]
     assert [e["dtype"] for e in events] == [expected], events
     state = admin(smollm_server, "GET").json()["state"]
     assert state["dtype"] == expected

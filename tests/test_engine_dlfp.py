@@ -5,7 +5,6 @@ controller modes."""
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import threading
 import time
 from collections.abc import Iterator
@@ -145,7 +144,7 @@ def test_reset_keeps_the_fitted_model_unless_asked(
 
 def test_startup_fit_ran_before_ready(gateway_server: Server) -> None:
     """The session gateway fits its cost model at start (DLFP_STARTUP_FIT_S=3)."""
-    events = [json.loads(line) for line in gateway_server.log().splitlines() if line[:1] == "{"]
+    events = gateway_server.events()
     names = [e.get("event") for e in events]
     assert "cost_model_fit" in names and "engine_ready" in names
     assert names.index("cost_model_fit") < names.index("engine_ready")

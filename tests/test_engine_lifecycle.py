@@ -6,7 +6,6 @@ Each test ends a gateway of its own, on the tiny model.
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 import threading
 import time
@@ -55,17 +54,6 @@ def own_servers(tiny_model_dir: Path) -> Iterator[dict[str, Server]]:
 def _engine_cores(server: Server) -> list[psutil.Process]:
     children = psutil.Process(server.process.pid).children(recursive=True)
     return [p for p in children if "EngineCore" in " ".join([p.name(), *p.cmdline()])]
-
-
-def _log_events(server: Server) -> list[dict[str, Any]]:
-    """The gateway's structured log lines (one JSON object per event)."""
-    events = []
-    for line in server.log().splitlines():
-        with contextlib.suppress(json.JSONDecodeError):
-            event = json.loads(line)
-            if isinstance(event, dict):
-                events.append(event)
-    return events
 
 
 def _ends_with_error_then_done(text: str) -> bool:
@@ -135,7 +123,7 @@ def test_sigterm_drains_streams_then_cuts_the_rest_and_exits_zero(
         assert long.get("status") == 200, long
         assert _ends_with_error_then_done(long["text"]), long["text"][-400:]
         assert server.process.wait(120) == 0
-        drained = [e for e in _log_events(server) if e.get("event") == "drain_done"]
+        drained = [e for e in server.events() if e.get("event") == "drain_done"]
         assert [e["streams_cut"] for e in drained] == [1], drained
     finally:
         stop_server(server)
@@ -151,9 +139,8 @@ def test_engine_death_fails_fast_and_exits_nonzero(own_servers: dict[str, Server
         worker = threading.Thread(target=_stream_in_thread, args=(server, 3000, out, started))
         worker.start()
         assert started.wait(120)
-        children = psutil.Process(server.process.pid).children(recursive=True)
-        cores = [p for p in children if "EngineCore" in " ".join([p.name(), *p.cmdline()])]
-        assert cores, [p.name() for p in children]
+        cores = _engine_cores(server)
+        assert cores, "no engine core among the gateway's processes"
         for proc in cores:
             proc.kill()
         worker.join(120)  # a guard against a hang, not a timing claim
@@ -176,12 +163,10 @@ def test_two_signals_during_engine_start_leave_no_engine_process(tiny_model_dir:
     orphaning the engine core (uvicorn's re-raise of the signal at exit once did)."""
     server = start_server("early-stop-gateway", _env(tiny_model_dir), wait_for="/health")
     try:
-        gateway = psutil.Process(server.process.pid)
         deadline = time.monotonic() + 120
         cores: list[psutil.Process] = []
         while not cores and time.monotonic() < deadline:
-            children = gateway.children(recursive=True)
-            cores = [p for p in children if "EngineCore" in " ".join([p.name(), *p.cmdline()])]
+            cores = _engine_cores(server)
             time.sleep(0.2)
         assert cores, "no engine core appeared"
         assert httpx.get(server.base_url + "/ready", timeout=10).status_code == 503
