@@ -2,8 +2,8 @@
 
 The session gateway is the real ``dlfp-gateway serve`` in a subprocess, on the
 tiny random model the tests make themselves, in float32 (so greedy outputs are
-exactly reproducible across chunk sizes). Beside it: the tiny model on two pipeline
-stages, and the embedded SmolLM2 in the configured dtype and in float32.
+exactly reproducible across chunk sizes). Beside it: the embedded SmolLM2 in the
+configured dtype and in float32.
 """
 
 from __future__ import annotations
@@ -184,6 +184,23 @@ def tiny_gateway_env(model_dir: Path, **env: str) -> dict[str, str]:
     } | env
 
 
+def tiny_served_env(
+    model_dir: Path, engine_args: dict[str, str] | None = None, **env: str
+) -> dict[str, str]:
+    """A tiny-model gateway that tests drive through admin: its token, info logs, and no
+    prefix cache (repeated prompts must be prefilled again, or agreement tests compare no
+    capping), with ``engine_args`` added to vLLM's."""
+    args = {"enable_prefix_caching": "false"} | (engine_args or {})
+    return tiny_gateway_env(
+        model_dir,
+        DLFP_MAX_MODEL_LEN="4096",
+        DLFP_ADMIN_TOKEN=ADMIN_TOKEN,
+        DLFP_LOG_LEVEL="info",
+        DLFP_ENGINE_ARGS=json.dumps(args),
+        **env,
+    )
+
+
 SMOLLM_ENV = {
     "DLFP_DEVICE": "cpu",
     "DLFP_KV_CACHE_GIB": "1",
@@ -195,7 +212,6 @@ SMOLLM_ENV = {
 
 SHARED_GATEWAYS = {
     "gateway_server": "session-gateway",
-    "batch_queue_server": "batch-queue-gateway",
     "smollm_server": "smollm2-gateway",
     "smollm_f32_server": "smollm2-float32-gateway",
 }
@@ -207,27 +223,11 @@ def _shared_envs(needed: set[str], model_dir: Callable[[], Path]) -> dict[str, d
     """Each needed shared gateway's environment, by fixture name. ``smollm_f32_server`` has
     none where the configured dtype resolves to float32: ``smollm_server`` is that gateway."""
     envs: dict[str, dict[str, str]] = {}
-    served = {
-        "DLFP_MAX_MODEL_LEN": "4096",
-        "DLFP_ADMIN_TOKEN": ADMIN_TOKEN,
-        "DLFP_LOG_LEVEL": "info",
-    }
-    # Repeated prompts must be prefilled again, or agreement tests compare no capping.
-    no_prefix_cache = {"enable_prefix_caching": "false"}
     if "gateway_server" in needed:
-        envs["gateway_server"] = tiny_gateway_env(
+        envs["gateway_server"] = tiny_served_env(
             model_dir(),
-            **served,
-            DLFP_ENGINE_ARGS=json.dumps(no_prefix_cache),
             # A short fit: the tiny model's steps take milliseconds.
             DLFP_STARTUP_FIT_S="3",
-        )
-    if "batch_queue_server" in needed:
-        # Two pipeline stages: the engine core keeps two batches in flight.
-        envs["batch_queue_server"] = tiny_gateway_env(
-            model_dir(),
-            **served,
-            DLFP_ENGINE_ARGS=json.dumps({"pipeline_parallel_size": "2"} | no_prefix_cache),
         )
     if needed & {"smollm_server", "smollm_f32_server"}:
         from engine_worker.cpu_features import read_cpu_flags, resolve_dtype
@@ -266,12 +266,6 @@ def shared_gateways(request: pytest.FixtureRequest) -> Iterator[dict[str, Server
 def gateway_server(shared_gateways: dict[str, Server]) -> Server:
     """The one real gateway + vLLM engine on the tiny model, shared by the test session."""
     return shared_gateways["gateway_server"]
-
-
-@pytest.fixture(scope="session")
-def batch_queue_server(shared_gateways: dict[str, Server]) -> Server:
-    """The tiny model on two pipeline stages (``tests/test_batch_queue_engine.py``)."""
-    return shared_gateways["batch_queue_server"]
 
 
 @pytest.fixture(scope="session")

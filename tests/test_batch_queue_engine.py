@@ -6,20 +6,22 @@ k+1 is scheduled before step k completes, the order every GPU user's engine
 runs in. With pipeline stages vLLM keeps async scheduling off, so the
 synchronous ``DLFPScheduler`` is the one on this path.
 
-The gateway (``batch_queue_server``, in conftest) binds one core per stage unless
-``VLLM_CPU_OMP_THREADS_BIND`` is set (the server inherits the environment).
+The gateway binds one core per stage unless ``VLLM_CPU_OMP_THREADS_BIND`` is
+set (this file's server inherits the environment).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import Server
+from tests.conftest import Server, start_server, stop_server, tiny_served_env
 from tests.engine_helpers import admin, chat_body, long_prompt, steps_since
 from tests.http_helpers import sse_json
 
@@ -28,6 +30,19 @@ pytestmark = pytest.mark.engine
 SHORT = [f"Question {i}: what did the passengers see from the window?" for i in range(6)]
 MAX_TOKENS = 48
 LONG_MAX_TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def batch_queue_server(tiny_model_dir: Path) -> Iterator[Server]:
+    """Stopped with this module, not shared. With it idling beside the later tests, the
+    Chromium dashboard test took 17 to 94 s in seven runs on one CPU and once timed out;
+    without it, 6 to 22 s in four."""
+    server = start_server(
+        "batch-queue-gateway", tiny_served_env(tiny_model_dir, {"pipeline_parallel_size": "2"})
+    )
+    yield server
+    code = stop_server(server)
+    assert code == 0, f"gateway exited {code} on SIGTERM:\n{server.log()[-3000:]}"
 
 
 def stream(server: Server, content: str, max_tokens: int, on_first: Any = None) -> dict[str, Any]:
