@@ -36,7 +36,7 @@ LONG_MAX_TOKENS = 8
 def batch_queue_server(tiny_model_dir: Path) -> Iterator[Server]:
     """Stopped with this module, not shared. With it idling beside the later tests, the
     Chromium dashboard test took 17 to 94 s in seven runs on one CPU and once timed out;
-    without it, 6 to 22 s in four."""
+    without it, 6 to 29 s in five."""
     server = start_server(
         "batch-queue-gateway", tiny_served_env(tiny_model_dir, {"pipeline_parallel_size": "2"})
     )
