@@ -229,7 +229,11 @@ def launch_chromium(
             )
         try:
             url = _devtools_url(process, profile, stderr_path, start_timeout_s)
-            with connect(url, max_size=None, compression=None, proxy=None) as ws:
+            # No keep-alive pings: a local pipe to the browser needs none, and on two busy
+            # cores a late pong closed the connection (1011 keepalive ping timeout).
+            with connect(
+                url, max_size=None, compression=None, proxy=None, ping_interval=None
+            ) as ws:
                 browser = Chromium(ws)
                 browser.attach(width, height)
                 try:

@@ -1,4 +1,4 @@
-"""Shared fixtures. The real-engine tier shares its gateways (``shared_gateways``).
+"""Shared fixtures. The real-engine tier shares its gateways across tests.
 
 The session gateway is the real ``dlfp-gateway serve`` in a subprocess, on the
 tiny random model the tests make themselves, in float32 (so greedy outputs are
@@ -210,51 +210,37 @@ SMOLLM_ENV = {
 }
 """The embedded SmolLM2's gateways: the model is the default, so no ``DLFP_MODEL``."""
 
-SHARED_GATEWAYS = {
-    "gateway_server": "session-gateway",
-    "smollm_server": "smollm2-gateway",
-    "smollm_f32_server": "smollm2-float32-gateway",
-}
-"""The fixtures of the gateways that serve many tests, and their log names;
-``shared_gateways`` starts them."""
 
-
-def _shared_envs(needed: set[str], model_dir: Callable[[], Path]) -> dict[str, dict[str, str]]:
-    """Each needed shared gateway's environment, by fixture name. ``smollm_f32_server`` has
-    none where the configured dtype resolves to float32: ``smollm_server`` is that gateway."""
-    envs: dict[str, dict[str, str]] = {}
-    if "gateway_server" in needed:
-        envs["gateway_server"] = tiny_served_env(
-            model_dir(),
-            # A short fit: the tiny model's steps take milliseconds.
-            DLFP_STARTUP_FIT_S="3",
-        )
-    if needed & {"smollm_server", "smollm_f32_server"}:
-        from engine_worker.cpu_features import read_cpu_flags, resolve_dtype
-
-        envs["smollm_server"] = SMOLLM_ENV
-        configured = resolve_dtype(os.environ.get("DLFP_DTYPE", "auto"), "cpu", read_cpu_flags())
-        if "smollm_f32_server" in needed and configured != "float32":
-            envs["smollm_f32_server"] = SMOLLM_ENV | {"DLFP_DTYPE": "float32"}
-    return envs
+@pytest.fixture(scope="session")
+def gateway_server(tiny_model_dir: Path) -> Iterator[Server]:
+    """The one real gateway + vLLM engine on the tiny model, shared by the test session."""
+    # A short fit: the tiny model's steps take milliseconds.
+    server = start_server(
+        "session-gateway", tiny_served_env(tiny_model_dir, DLFP_STARTUP_FIT_S="3")
+    )
+    yield server
+    code = stop_server(server)
+    assert code == 0, f"gateway exited {code} on SIGTERM:\n{server.log()[-3000:]}"
 
 
 @pytest.fixture(scope="session")
-def shared_gateways(request: pytest.FixtureRequest) -> Iterator[dict[str, Server]]:
-    """The shared gateways the selected tests use, by fixture name, started together at
-    the first test that needs one (a run of one file starts only its own). At the end of
-    the test session all get SIGTERM at once, so their shutdowns overlap, and each must
-    exit 0. Starting them together saves little (a start is mostly CPU-bound imports);
-    stopping them together saves their shutdowns' waits."""
-    needed = {n for item in request.session.items for n in getattr(item, "fixturenames", ())}
-    envs = _shared_envs(
-        needed & SHARED_GATEWAYS.keys(), lambda: request.getfixturevalue("tiny_model_dir")
-    )
-    servers = start_servers({SHARED_GATEWAYS[name]: env for name, env in envs.items()})
-    by_fixture = {name: servers[SHARED_GATEWAYS[name]] for name in envs}
-    if "smollm_server" in by_fixture:
-        by_fixture.setdefault("smollm_f32_server", by_fixture["smollm_server"])
-    yield by_fixture
+def smollm_servers() -> Iterator[dict[str, Server]]:
+    """The embedded SmolLM2's gateways by dtype, ``configured`` (``DLFP_DTYPE``, else
+    ``auto``) and ``float32``, started when a test first needs one: started with the
+    tiny-model gateway, they idled beside the Chromium dashboard test in runs where it
+    timed out. Where the configured dtype resolves to float32 (an AVX2-only CPU, by
+    default) one gateway is both; elsewhere the two start and stop together."""
+    from engine_worker.cpu_features import read_cpu_flags, resolve_dtype
+
+    configured = resolve_dtype(os.environ.get("DLFP_DTYPE", "auto"), "cpu", read_cpu_flags())
+    specs = {"smollm2-gateway": SMOLLM_ENV}
+    if configured != "float32":
+        specs["smollm2-float32-gateway"] = SMOLLM_ENV | {"DLFP_DTYPE": "float32"}
+    servers = start_servers(specs)
+    yield {
+        "configured": servers["smollm2-gateway"],
+        "float32": servers.get("smollm2-float32-gateway", servers["smollm2-gateway"]),
+    }
     for server in servers.values():
         end_server(server)
     codes = {name: wait_server(server) for name, server in servers.items()}
@@ -263,22 +249,16 @@ def shared_gateways(request: pytest.FixtureRequest) -> Iterator[dict[str, Server
 
 
 @pytest.fixture(scope="session")
-def gateway_server(shared_gateways: dict[str, Server]) -> Server:
-    """The one real gateway + vLLM engine on the tiny model, shared by the test session."""
-    return shared_gateways["gateway_server"]
-
-
-@pytest.fixture(scope="session")
-def smollm_server(shared_gateways: dict[str, Server]) -> Server:
+def smollm_server(smollm_servers: dict[str, Server]) -> Server:
     """The embedded SmolLM2 in the configured dtype (``DLFP_DTYPE``, else ``auto``)."""
-    return shared_gateways["smollm_server"]
+    return smollm_servers["configured"]
 
 
 @pytest.fixture(scope="session")
-def smollm_f32_server(shared_gateways: dict[str, Server]) -> Server:
+def smollm_f32_server(smollm_servers: dict[str, Server]) -> Server:
     """The embedded SmolLM2 in float32: ``smollm_server`` itself where the configured dtype
-    resolves to float32 (an AVX2-only CPU, by default), else a gateway of its own."""
-    return shared_gateways["smollm_f32_server"]
+    resolves to float32, else a gateway of its own."""
+    return smollm_servers["float32"]
 
 
 @pytest.fixture(scope="session")
