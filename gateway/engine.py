@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,9 +46,7 @@ def build_engine(
         dtype=settings.dtype,
         dlfp=dlfp,
         kv_cache_gib=settings.kv_cache_gib,
-        engine_args={"generation_config": settings.generation_config}
-        | dict(settings.engine_args)
-        | ({"scheduling_policy": "priority"} if settings.scheduling_policy == "priority" else {}),
+        engine_args=_engine_args(settings),
         model_cache_dir=settings.model_cache_dir,
         stat_loggers=list(stat_loggers or []),
         tool_call_parser=settings.tool_call_parser,
@@ -57,3 +56,18 @@ def build_engine(
         startup_fit_s=settings.startup_fit_s,
     )
     return VLLMEngine(spec)
+
+
+def _engine_args(settings: Settings) -> dict[str, str]:
+    """vLLM's engine arguments as its CLI reads them: the settings that map onto them,
+    with ``engine_args``."""
+    args = {"generation_config": settings.generation_config} | dict(settings.engine_args)
+    if settings.scheduling_policy == "priority":
+        args["scheduling_policy"] = "priority"
+    if settings.default_max_tokens is not None:
+        # vLLM reads a request's default length from the generation config: the setting
+        # overrides the model's max_new_tokens there, beside any other override given.
+        override = json.loads(args.get("override_generation_config") or "{}")
+        override["max_new_tokens"] = settings.default_max_tokens
+        args["override_generation_config"] = json.dumps(override)
+    return args

@@ -36,7 +36,7 @@ from gateway.protocol import (
 logger = logging.getLogger("dlfp.gateway")
 
 
-def _chat_logprobs(delta: ChoiceDelta) -> ChatLogprobs | None:
+def chat_logprobs(delta: ChoiceDelta) -> ChatLogprobs | None:
     if delta.logprobs is None:
         return None
     return ChatLogprobs(
@@ -192,7 +192,7 @@ class ChatFormatter(Formatter):
         ]
 
     def _stream_choice(self, delta: ChoiceDelta) -> dict[str, Any] | None:
-        lp = _chat_logprobs(delta)
+        lp = chat_logprobs(delta)
         out: dict[str, Any] = {"content": delta.text}
         parser = self._parser(delta.index)
         if parser is not None:
@@ -228,7 +228,7 @@ class ChatFormatter(Formatter):
     def reply(self, deltas: list[list[ChoiceDelta]], usage: Usage) -> ChatCompletion:
         choices = []
         for index, ds in enumerate(deltas):
-            parts = [lp for d in ds if (lp := _chat_logprobs(d)) is not None]
+            parts = [lp for d in ds if (lp := chat_logprobs(d)) is not None]
             logprobs = (
                 ChatLogprobs(content=[t for p in parts for t in p.content or []]) if parts else None
             )

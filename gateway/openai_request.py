@@ -14,8 +14,14 @@ from typing import Any, Generic, TypeVar
 
 from engine_worker.api import ChatOutput, Engine, PromptTooLongError, SamplingOptions
 from gateway.errors import APIError
+from gateway.named_call import named_call_output
 from gateway.openai_format import ChatFormatter, CompletionFormatter, Formatter
-from gateway.protocol import ChatCompletionRequest, CompletionRequest, ResponseFormat
+from gateway.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    NamedToolChoice,
+    ResponseFormat,
+)
 
 NEUTRAL_SAMPLING: dict[str, float] = {
     "temperature": 1.0,
@@ -287,7 +293,12 @@ class ChatInput(_Input[ChatCompletionRequest]):
     def prompt_ids(self, engine: Engine) -> list[int]:
         tools = self.tools or None
         ids = self._within_context(engine, lambda n: engine.render_chat(self.messages, tools, n))
-        self.output = engine.chat_output(self._output_request(), ids)
+        choice = self.body.tool_choice
+        if isinstance(choice, NamedToolChoice) and self.body.tools:
+            named = next(t for t in self.body.tools if t.function.name == choice.function.name)
+            self.output = named_call_output(named.function.name, named.function.parameters)
+        else:
+            self.output = engine.chat_output(self._output_request(), ids)
         return ids
 
     def _output_request(self) -> dict[str, Any]:

@@ -46,6 +46,10 @@ IGNORED_REASONS: dict[str, str] = {
     "store": "nothing is stored",
     "service_tier": "there is one tier; order is set by priority",
     "prompt_cache_key": "a cache-routing hint; the prefix cache needs none (cache_salt isolates)",
+    "prompt_cache_retention": "how long OpenAI keeps a cached prefix; the engine's prefix cache "
+    "keeps blocks until it needs the memory",
+    "prompt_cache_options": "OpenAI's prefix-cache options; the engine's prefix cache has none",
+    "client_metadata": "a client's telemetry tags; nothing is tracked",
     # vLLM's routing and serving hints: the text generated is the same.
     "request_id": "the completion id is the gateway's own, unique (X-Request-Id is logged)",
     "session_id": "a routing hint that groups related requests; there is one engine",
@@ -195,16 +199,27 @@ class ToolCall(_Part):
     function: FunctionCall
 
 
+class HistoryToolCall(ToolCall):
+    """A call in an assistant message of the history."""
+
+    index: int | None = Field(default=None, ge=0)
+    """A streamed call's position, which some clients keep in the history; the list's
+    order is the calls' order, so it is not read."""
+
+
 class ChatMessage(_Part):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart | OtherPart] | None = None
     name: str | None = None
-    tool_calls: list[ToolCall] | None = Field(default=None, max_length=128)
+    tool_calls: list[HistoryToolCall] | None = Field(default=None, max_length=128)
     """Assistant messages: the calls it made."""
     tool_call_id: str | None = None
     """Tool messages: the call this message answers."""
     reasoning: str | None = None
     """Assistant messages: their thinking text (vLLM's field); not sent to the model."""
+    reasoning_content: str | None = None
+    """The same under its older name (DeepSeek's, vLLM's before 0.10, LiteLLM's), which
+    clients still send back in histories; not sent to the model either."""
     refusal: str | None = None
 
     def text(self) -> str:
@@ -228,7 +243,7 @@ class ChatMessage(_Part):
         if self.name is not None:
             out["name"] = self.name
         if self.tool_calls:
-            out["tool_calls"] = [call.model_dump() for call in self.tool_calls]
+            out["tool_calls"] = [call.model_dump(exclude={"index"}) for call in self.tool_calls]
         if self.tool_call_id is not None:
             out["tool_call_id"] = self.tool_call_id
         return out
@@ -434,6 +449,12 @@ class CompletionRequest(_SamplingFields):
     add_special_tokens: Annotated[
         StrictBool, Refused("the tokenizer's special tokens are always added")
     ] = True
+    suffix: Annotated[str | None, Refused("text after the insertion is not read", also=("",))] = (
+        None
+    )
+    prompt_embeds: Annotated[
+        Any, Refused("prompt embeddings are not read; send text or token ids")
+    ] = None
 
     def requested_max_tokens(self) -> int | None:
         return self.max_tokens
@@ -473,6 +494,30 @@ class TextFormat(_SchemaFormat):
 class TextConfig(_Part):
     format: TextFormat | None = None
     verbosity: Literal["low", "medium", "high"] | None = None
+    """Only OpenAI's default, ``medium``: nothing steers this model's length."""
+
+    @field_validator("verbosity")
+    @classmethod
+    def _default_verbosity_only(cls, value: str | None) -> str | None:
+        if value not in (None, "medium"):
+            raise ValueError(
+                "verbosity is not supported: nothing steers the model's length; leave it out, "
+                'send "medium", or bound the answer with max_output_tokens'
+            )
+        return value
+
+
+class ResponsesStreamOptions(_Part):
+    include_obfuscation: StrictBool = True
+    """OpenAI pads streamed deltas against length side channels; here nothing is padded,
+    either way (docs/api.md)."""
+
+
+RESPONSES_INCLUDE_NO_OP = frozenset({"reasoning.encrypted_content"})
+"""``include`` values accepted without effect: reasoning items are returned in clear text
+(with ``content``), never encrypted, so there is nothing to include."""
+OUTPUT_LOGPROBS = "message.output_text.logprobs"
+"""The ``include`` value that returns each output text part's token logprobs."""
 
 
 class ResponsesRequest(EngineFields, TemplateFields):
@@ -505,6 +550,68 @@ class ResponsesRequest(EngineFields, TemplateFields):
     background: Annotated[
         StrictBool | None, Refused("there is no background mode", also=(False,))
     ] = None
+    include: list[str] | None = Field(default=None, max_length=8)
+    """``message.output_text.logprobs`` honoured; ``reasoning.encrypted_content`` accepted
+    without effect; the built-in tools' values refused."""
+    stop: str | list[str] | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    """Alternatives a token, returned with ``include: ["message.output_text.logprobs"]``."""
+    logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = Field(
+        default=None, max_length=1024
+    )
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    top_k: int | None = Field(default=None, ge=-1, le=1_000_000)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=2.0)
+    ignore_eos: StrictBool = False
+    include_reasoning: StrictBool = True
+    max_tool_calls: int | None = Field(default=None, ge=0, le=128)
+    """At most this many function calls in the output; 0 = none (``tool_choice`` none)."""
+    stream_options: ResponsesStreamOptions | None = None
+    truncation: Annotated[
+        Literal["auto", "disabled"] | None,
+        Refused("a conversation is never cut: one too long is refused", also=("disabled",)),
+    ] = None
+    reasoning: Annotated[
+        dict[str, Any] | None,
+        Refused("the model's reasoning effort and summaries are not steered", also=({},)),
+    ] = None
+    """OpenAI's ``{"effort", "summary"}``; with every key null it is the no-op ``{}``."""
+    prompt: Annotated[Any, Refused("stored prompt templates are not kept")] = None
+    conversation: Annotated[Any, Refused("conversations are not stored")] = None
+    context_management: Annotated[
+        Any, Refused("the context is never compacted: one too long is refused", also=([],))
+    ] = None
+    enable_response_messages: Annotated[
+        StrictBool, Refused("the model's raw messages are not returned")
+    ] = False
+    previous_input_messages: Annotated[
+        Any, Refused("a raw-message history is not read; send input items", also=([],))
+    ] = None
+
+    @field_validator("reasoning", mode="before")
+    @classmethod
+    def _reasoning_unset_keys(cls, value: Any) -> Any:
+        # {"effort": null, "summary": null} is what several clients send for "no reasoning".
+        if isinstance(value, dict):
+            return {k: v for k, v in value.items() if v is not None}
+        return value
+
+    @field_validator("include")
+    @classmethod
+    def _include_known(cls, value: list[str] | None) -> list[str] | None:
+        for item in value or []:
+            if item != OUTPUT_LOGPROBS and item not in RESPONSES_INCLUDE_NO_OP:
+                raise ValueError(
+                    f"include {item!r} is not supported: there are no built-in tools or "
+                    f"image inputs; send [], {OUTPUT_LOGPROBS!r} or "
+                    "'reasoning.encrypted_content'"
+                )
+        return value
+
+    def wants_logprobs(self) -> bool:
+        return OUTPUT_LOGPROBS in (self.include or [])
 
 
 class Usage(BaseModel):

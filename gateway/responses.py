@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from engine_worker.api import ChoiceDelta, OutputParser
 from gateway.errors import APIError, first_error
-from gateway.openai_format import ChatFormatter, Formatter
+from gateway.openai_format import ChatFormatter, Formatter, chat_logprobs
 from gateway.openai_request import ChatInput
 from gateway.protocol import (
     AssistantMessage,
@@ -80,6 +80,28 @@ def _messages(body: ResponsesRequest) -> list[dict[str, Any]]:
     return messages
 
 
+SHARED_WITH_CHAT = {
+    "model",
+    "temperature",
+    "top_p",
+    "seed",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "ignore_eos",
+    "include_reasoning",
+    "parallel_tool_calls",
+    "stream",
+    "priority",
+    "cache_salt",
+}
+"""The Responses fields that a chat body takes as they are."""
+
+
 def _chat_body(body: ResponsesRequest) -> dict[str, Any]:
     tools = []
     for i, tool in enumerate(body.tools or []):
@@ -90,25 +112,22 @@ def _chat_body(body: ResponsesRequest) -> dict[str, Any]:
         function |= {"parameters": tool.parameters, "strict": tool.strict}
         tools.append({"type": "function", "function": function})
     chat: dict[str, Any] = {
-        "model": body.model,
         "messages": _messages(body),
         "max_tokens": body.max_output_tokens,
-        "temperature": body.temperature,
-        "top_p": body.top_p,
-        "seed": body.seed,
         "tools": tools or None,
-        "parallel_tool_calls": body.parallel_tool_calls,
-        "stream": body.stream,
-        "priority": body.priority,
-        "cache_salt": body.cache_salt,
+        **body.model_dump(include=SHARED_WITH_CHAT),
         **body.model_dump(include=set(EngineFields.model_fields)),
     }
+    if body.wants_logprobs():
+        chat |= {"logprobs": True, "top_logprobs": body.top_logprobs or 0}
     choice = body.tool_choice
     chat["tool_choice"] = (
         {"type": "function", "function": {"name": choice.name}}
         if isinstance(choice, NamedResponsesTool)
         else choice
     )
+    if body.max_tool_calls == 0 and tools:
+        chat["tool_choice"] = "none"
     fmt = body.text.format if body.text else None
     if fmt is not None and fmt.type == "json_schema":
         schema = {"name": fmt.name, "schema": fmt.schema_ or {}, "strict": fmt.strict}
@@ -138,7 +157,9 @@ class ResponsesInput(ChatInput):
         )
 
 
-def _output_items(message: AssistantMessage) -> list[dict[str, Any]]:
+def _output_items(
+    message: AssistantMessage, logprobs: list[dict[str, Any]], max_calls: int | None
+) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     if message.reasoning:
         items.append(
@@ -151,8 +172,9 @@ def _output_items(message: AssistantMessage) -> list[dict[str, Any]]:
             }
         )
     if message.content:
-        items.append(_message_item(f"msg_{uuid.uuid4().hex}", message.content, "completed"))
-    for call in message.tool_calls:
+        item_id = f"msg_{uuid.uuid4().hex}"
+        items.append(_message_item(item_id, message.content, "completed", logprobs))
+    for call in message.tool_calls[:max_calls]:
         items.append(
             _call_item(
                 f"fc_{uuid.uuid4().hex}",
@@ -165,8 +187,10 @@ def _output_items(message: AssistantMessage) -> list[dict[str, Any]]:
     return items
 
 
-def _message_item(item_id: str, text: str | None, status: str) -> dict[str, Any]:
-    content = [] if text is None else [_text_part(text)]
+def _message_item(
+    item_id: str, text: str | None, status: str, logprobs: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    content = [] if text is None else [_text_part(text, logprobs)]
     return {
         "type": "message",
         "id": item_id,
@@ -176,8 +200,8 @@ def _message_item(item_id: str, text: str | None, status: str) -> dict[str, Any]
     }
 
 
-def _text_part(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def _text_part(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
 def _call_item(
@@ -211,6 +235,9 @@ class ResponsesFormatter(ChatFormatter):
         self._items: list[dict[str, Any]] = []
         self._open: dict[str, Any] | None = None
         self._finish_reason: str | None = None
+        self._num_calls = 0
+        self._is_dropping_call = False
+        """Past ``max_tool_calls``: the call being streamed is left out."""
 
     def response(
         self, status: str, output: list[dict[str, Any]], usage: Usage | None
@@ -241,6 +268,10 @@ class ResponsesFormatter(ChatFormatter):
             "text": {"format": {"type": "text"}}
             if req.text is None
             else req.text.model_dump(by_alias=True, exclude_none=True),
+            "top_logprobs": req.top_logprobs or 0,
+            "max_tool_calls": req.max_tool_calls,
+            "truncation": "disabled",
+            "reasoning": {"effort": None, "summary": None},
             "store": False,
             "background": False,
             "previous_response_id": None,
@@ -252,7 +283,14 @@ class ResponsesFormatter(ChatFormatter):
     def reply(self, deltas: list[list[ChoiceDelta]], usage: Usage) -> BaseModel:  # type: ignore[override]
         message, finish_reason = self._message(0, deltas[0])
         status = "incomplete" if finish_reason == "length" else "completed"
-        return ResponseObject.model_validate(self.response(status, _output_items(message), usage))
+        logprobs = [
+            token.model_dump()
+            for d in deltas[0]
+            if (lp := chat_logprobs(d)) is not None
+            for token in lp.content or []
+        ]
+        items = _output_items(message, logprobs, self.request.max_tool_calls)
+        return ResponseObject.model_validate(self.response(status, items, usage))
 
     # --- streamed ---
 
@@ -275,17 +313,18 @@ class ResponsesFormatter(ChatFormatter):
         out: list[dict[str, Any]] = []
         piece = choice["delta"]
         if piece.get("content"):
-            out += self._text_delta(piece["content"])
+            logprobs = (choice.get("logprobs") or {}).get("content") or []
+            out += self._text_delta(piece["content"], logprobs)
         for call in piece.get("tool_calls", []):
             out += self._call_delta(call)
         return out
 
-    def _text_delta(self, text: str) -> list[dict[str, Any]]:
+    def _text_delta(self, text: str, logprobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out = []
         if self._open is None or self._open["type"] != "message":
             out += self._close_item()
             item_id = f"msg_{uuid.uuid4().hex}"
-            self._open = {"type": "message", "id": item_id, "text": ""}
+            self._open = {"type": "message", "id": item_id, "text": "", "logprobs": []}
             index = len(self._items)
             item = _message_item(item_id, None, "in_progress")
             out.append(self._event("response.output_item.added", output_index=index, item=item))
@@ -299,14 +338,22 @@ class ResponsesFormatter(ChatFormatter):
                 )
             )
         self._open["text"] += text
+        self._open["logprobs"] += logprobs
         where = {"item_id": self._open["id"], "output_index": len(self._items), "content_index": 0}
-        out.append(self._event("response.output_text.delta", delta=text, logprobs=[], **where))
+        out.append(
+            self._event("response.output_text.delta", delta=text, logprobs=logprobs, **where)
+        )
         return out
 
     def _call_delta(self, call: dict[str, Any]) -> list[dict[str, Any]]:
         out = []
         function = call.get("function", {})
+        limit = self.request.max_tool_calls
         if call.get("id") is not None:
+            self._is_dropping_call = limit is not None and self._num_calls >= limit
+            if self._is_dropping_call:
+                return []
+            self._num_calls += 1
             out += self._close_item()
             item_id = f"fc_{uuid.uuid4().hex}"
             self._open = {
@@ -320,7 +367,12 @@ class ResponsesFormatter(ChatFormatter):
             index = len(self._items)
             out.append(self._event("response.output_item.added", output_index=index, item=item))
         arguments = function.get("arguments")
-        if arguments and self._open is not None and self._open["type"] == "function_call":
+        if (
+            arguments
+            and not self._is_dropping_call
+            and self._open is not None
+            and self._open["type"] == "function_call"
+        ):
             self._open["arguments"] += arguments
             out.append(
                 self._event(
@@ -341,9 +393,13 @@ class ResponsesFormatter(ChatFormatter):
             where = {"item_id": item["id"], "output_index": index, "content_index": 0}
             out.append(self._event("response.output_text.done", text=item["text"], **where))
             out.append(
-                self._event("response.content_part.done", part=_text_part(item["text"]), **where)
+                self._event(
+                    "response.content_part.done",
+                    part=_text_part(item["text"], item["logprobs"]),
+                    **where,
+                )
             )
-            done = _message_item(item["id"], item["text"], "completed")
+            done = _message_item(item["id"], item["text"], "completed", item["logprobs"])
         else:
             out.append(
                 self._event(

@@ -152,6 +152,9 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
 
     max_tokens_limit: int = Field(default=4096, ge=1)
     """Largest max_tokens a request may ask for."""
+    default_max_tokens: int | None = Field(default=None, ge=1)
+    """max_tokens of a request that sets none (max_output_tokens on /v1/responses): unset =
+    the model's generation config (max_new_tokens), else up to the context."""
     max_reply_tokens: int = Field(default=131_072, ge=1)
     """Largest non-streamed reply, as n x max_tokens x (1 + top_logprobs): it is built
     whole on the event loop (about 5 ms per thousand), so a bigger one must stream."""

@@ -8,6 +8,7 @@ Nothing here stands in for the real engine's behaviour.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from typing import Any
@@ -30,6 +31,42 @@ from engine_worker.prompt_prefix import encode_within
 BAD_GRAMMAR = "__bad_grammar__"
 VOCAB_SIZE = 1000
 WORDS = ["fake", " token", " stream", " from", " the", " fake", " engine", "."]
+_SCALARS: dict[str, Any] = {
+    "integer": 1,
+    "number": 1.5,
+    "string": "fake",
+    "boolean": True,
+    "null": None,
+    "array": [],
+}
+
+
+def schema_instance(schema: Any, defs: dict[str, Any] | None = None) -> Any:
+    """A canned JSON value that satisfies the simple schemas clients send (objects with
+    required properties, ``$ref`` to ``$defs``, ``anyOf``, ``enum``, arrays): what the
+    FAKE engine "generates" under a JSON-schema constraint. Not a general generator."""
+    if not isinstance(schema, dict):
+        return {}
+    defs = defs if defs is not None else schema.get("$defs") or schema.get("definitions") or {}
+    if "$ref" in schema:
+        return schema_instance(defs.get(str(schema["$ref"]).rsplit("/", 1)[-1], {}), defs)
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if schema.get(key):
+            return schema_instance(schema[key][0], defs)
+    kind = schema.get("type", "object")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object":
+        properties = schema.get("properties") or {}
+        return {name: schema_instance(properties[name], defs) for name in properties}
+    if kind == "array":
+        count = max(int(schema.get("minItems", 1)), 1)
+        return [schema_instance(schema.get("items") or {}, defs) for _ in range(count)]
+    return _SCALARS.get(kind, "fake")
 
 
 class FakeEngine:
@@ -199,7 +236,11 @@ class FakeEngine:
 
 class _FakeRequestStream(RequestStream):
     """The i-th token has id i; one in ``stop_token_ids`` ends the choice with "stop",
-    unless fewer than ``min_tokens`` came before it. An abort lands in ``aborted``."""
+    unless fewer than ``min_tokens`` came before it. An abort lands in ``aborted``.
+
+    Under a JSON-schema or JSON-object constraint the text is ``schema_instance``'s
+    JSON, a few characters a token, ending with "stop" (cut at ``max_tokens`` with
+    "length"), as a constrained model ends once the object closes."""
 
     def __init__(
         self, engine: FakeEngine, request_id: str, num_prompt: int, options: SamplingOptions
@@ -210,6 +251,10 @@ class _FakeRequestStream(RequestStream):
         self._num_prompt = num_prompt
         self._options = options
         self._i = 0
+        self._json: list[str] | None = None
+        if options.json_schema is not None or options.json_object:
+            text = json.dumps(schema_instance(options.json_schema or {"type": "object"}))
+            self._json = [text[k : k + 4] for k in range(0, len(text), 4)]
 
     async def _next(self) -> GenerationChunk:
         engine, options, i = self._engine, self._options, self._i
@@ -219,10 +264,14 @@ class _FakeRequestStream(RequestStream):
         if engine.fail_after_tokens is not None and i >= engine.fail_after_tokens:
             raise engine.failure
         self._i += 1
-        stops = i in options.stop_token_ids and i >= options.min_tokens
+        if self._json is not None:
+            stops = i == len(self._json) - 1
+            word = self._json[i]
+        else:
+            stops = i in options.stop_token_ids and i >= options.min_tokens
+            word = WORDS[i % len(WORDS)]
         last = stops or i == options.max_tokens - 1
         reason = "stop" if stops else "length"
-        word = WORDS[i % len(WORDS)]
         choices = [
             ChoiceDelta(
                 index=k,

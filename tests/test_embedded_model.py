@@ -11,7 +11,9 @@ runs this file as the other CPU kind would.
 
 from __future__ import annotations
 
+import json
 import os
+from typing import Any
 
 import openai
 import pytest
@@ -37,8 +39,8 @@ def test_dtype_follows_this_cpu(smollm_server: Server) -> None:
     assert state["cpu_features"] == reported_features(flags)
 
 
-def test_the_models_default_sampling_is_its_cards(smollm_server: Server) -> None:
-    """No temperature or top_p sent: the model card's 0.2 and 0.9 apply, exactly as if sent.
+def test_the_models_default_sampling_is_greedy(smollm_server: Server) -> None:
+    """No temperature sent: the embedded model's 0 applies, exactly as if sent.
 
     Seeded sampling is reproducible on one engine in any dtype, so the comparison holds
     whatever the answers say. One request at a time: batched with others, a request's
@@ -62,7 +64,7 @@ def test_the_models_default_sampling_is_its_cards(smollm_server: Server) -> None
         ]
 
     defaults = answers()
-    assert defaults == answers(temperature=0.2, top_p=0.9)
+    assert defaults == answers(temperature=0.0)
     assert defaults != answers(temperature=1.0, top_p=1.0)
 
 
@@ -76,5 +78,37 @@ def test_model_card_root_is_the_converted_directory(smollm_server: Server) -> No
     with smollm_server.client() as client:
         [card] = client.get("/v1/models").json()["data"]
     assert card["id"] == MODEL
-    assert card["root"].endswith("smollm2-135m-instruct-v2")
+    assert card["root"].endswith("smollm2-135m-instruct-v3")
     assert card["max_model_len"] > 0 and card["permission"]
+
+
+def test_a_named_two_integer_call_fits_in_32_tokens(smollm_server: Server) -> None:
+    """A named tool_choice constrains the output to the arguments alone, so the model spends
+    no tokens on the parser's envelope or the function's name."""
+    client = openai.OpenAI(api_key="unused", base_url=smollm_server.base_url + "/v1", timeout=300)
+    add: Any = {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add two integers.",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a", "b"],
+            },
+        },
+    }
+    reply = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Add 2 and 3."}],
+        tools=[add],
+        tool_choice={"type": "function", "function": {"name": "add"}},
+        max_tokens=32,
+    )
+    choice = reply.choices[0]
+    assert choice.finish_reason == "stop"
+    [call] = choice.message.tool_calls or []
+    assert call.function.name == "add"  # type: ignore[union-attr]
+    arguments = json.loads(call.function.arguments)  # type: ignore[union-attr]
+    assert sorted(arguments) == ["a", "b"]
+    assert all(isinstance(value, int) for value in arguments.values())

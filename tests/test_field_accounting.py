@@ -27,31 +27,7 @@ from tests.http_helpers import fake_client
 
 ROOT = Path(__file__).resolve().parent.parent
 
-UNKNOWN: dict[str, set[str]] = {
-    "chat": set(),
-    # An insertion suffix, and embeddings instead of a prompt.
-    "completions": {"suffix", "prompt_embeds"},
-    # The Responses API's stateful, built-in-tool and extra sampling fields.
-    "responses": {
-        "enable_response_messages",
-        "frequency_penalty",
-        "ignore_eos",
-        "include",
-        "include_reasoning",
-        "logit_bias",
-        "max_tool_calls",
-        "min_p",
-        "presence_penalty",
-        "previous_input_messages",
-        "prompt",
-        "reasoning",
-        "repetition_penalty",
-        "stop",
-        "top_k",
-        "top_logprobs",
-        "truncation",
-    },
-}
+UNKNOWN: dict[str, set[str]] = {"chat": set(), "completions": set(), "responses": set()}
 """vLLM's request fields the gateway does not take at all: a 400 naming the field."""
 
 OURS: dict[str, type[BaseModel]] = {
@@ -76,22 +52,31 @@ NOT_NO_OP: dict[str, Any] = {
     "background": True,
     "chat_template": "{{ messages }}",
     "chat_template_kwargs": {"enable_thinking": False},
+    "context_management": [{"type": "compaction", "compact_threshold": 1000}],
     "continue_final_message": True,
+    "conversation": "conv_1",
     "documents": [{"title": "t", "text": "x"}],
     "echo": True,
+    "enable_response_messages": True,
     "length_penalty": 0.5,
     "logprob_token_ids": [1],
     "modalities": ["text", "audio"],
     "prediction": {"type": "content", "content": "x"},
+    "previous_input_messages": [{"role": "user", "content": "x"}],
     "previous_response_id": "resp_1",
+    "prompt": {"id": "pmpt_1"},
+    "prompt_embeds": "AAAA",
     "prompt_logprobs": 0,
+    "reasoning": {"effort": "high"},
     "reasoning_effort": "low",
     "repetition_detection": {"max_pattern_size": 4, "min_count": 3},
     "return_prompt_text": True,
     "return_tokens_as_token_ids": True,
     "structured_outputs": {"regex": "a+"},
+    "suffix": "the end",
     "thinking_token_budget": 16,
     "truncate_prompt_tokens": 8,
+    "truncation": "auto",
     "use_beam_search": True,
     "vllm_xargs": {"plugin": 1},
     "web_search_options": {},
