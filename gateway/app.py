@@ -24,6 +24,7 @@ from gateway.middleware import (
 from gateway.routes import admin, dashboard, health, openai
 from gateway.settings import Settings
 from gateway.state import GatewayState
+from gateway.stored_responses import build_store
 from gateway.telemetry import poll_controller
 
 logger = logging.getLogger("dlfp.gateway")
@@ -53,7 +54,11 @@ def create_app(
         dlfp=dlfp,
         admission=Admission(settings.admission_limits()),
         watch=EngineWatch(settings.engine_stall_s),
+        response_store=build_store(settings),
     )
+    store, metrics = state.response_store, state.metrics
+    metrics.response_store_entries.labels(store.backend).set_function(lambda: store.size()[0])
+    metrics.response_store_bytes.labels(store.backend).set_function(lambda: store.size()[1])
 
     # Read at scrape time: the engine's own count, not the gateway's bookkeeping.
     state.metrics.engine_unfinished.set_function(lambda: engine.num_unfinished_requests)
@@ -77,6 +82,7 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await engine.shutdown()
+            await state.response_store.close()
 
     app = FastAPI(
         title="DLFP Gateway",

@@ -10,7 +10,9 @@ from engine_worker.api import Engine
 from gateway.auth import bearer_token, check_api_key, is_loopback_host, key_matches
 from gateway.errors import APIError
 from gateway.lifecycle import Lifecycle
+from gateway.response_store import ResponseStore
 from gateway.state import GatewayState
+from gateway.stored_responses import owner_of
 
 
 def get_gateway(request: Request) -> GatewayState:
@@ -26,9 +28,20 @@ def get_lifecycle(request: Request) -> Lifecycle:
     return Lifecycle(get_gateway(request), request)
 
 
+def get_store(request: Request) -> ResponseStore:
+    return get_gateway(request).response_store
+
+
+def get_owner(request: Request) -> str:
+    """Whose stored responses a request sees: its API key's."""
+    return owner_of(request, get_gateway(request).settings)
+
+
 GatewayDep = Annotated[GatewayState, Depends(get_gateway)]
 EngineDep = Annotated[Engine, Depends(get_engine)]
 LifecycleDep = Annotated[Lifecycle, Depends(get_lifecycle)]
+StoreDep = Annotated[ResponseStore, Depends(get_store)]
+OwnerDep = Annotated[str, Depends(get_owner)]
 
 
 def _is_loopback(request: Request) -> bool:

@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine_worker.api import EngineDeadError, EngineNotReadyError, InvalidRequestError
 from gateway.admission import AdmissionRejected, ClientDisconnected
+from gateway.response_store import StoreUnavailableError
 
 logger = logging.getLogger("dlfp.http")
 
@@ -182,6 +183,11 @@ def install_error_handlers(app: FastAPI, validation_status: int = 400) -> None:
         status = 503 if exc.reason == "draining" else 429
         headers = {"Retry-After": str(exc.retry_after_s)}
         return APIError(status, str(exc), code=exc.reason, headers=headers).response()
+
+    @app.exception_handler(StoreUnavailableError)
+    async def _store(_: Request, exc: StoreUnavailableError) -> JSONResponse:
+        headers = {"Retry-After": "5"}
+        return APIError(503, str(exc), code="store_unavailable", headers=headers).response()
 
     @app.exception_handler(ClientDisconnected)
     async def _gone(request: Request, exc: ClientDisconnected) -> JSONResponse:

@@ -204,7 +204,9 @@ class Lifecycle:
                 deltas = collect.result()
                 total = Usage.of(stream.num_prompt_tokens, stream.num_generated)
                 lock = self.gateway.engine.tokenizer_lock
-                return await asyncio.to_thread(_reply_response, fmt, deltas, total, lock)
+                response = await asyncio.to_thread(_reply_response, fmt, deltas, total, lock)
+                await fmt.finish()
+                return response
             if left in done:
                 raise ClientDisconnected()
             stream.end_as("server_error")
@@ -288,6 +290,7 @@ async def _events(
                         yield event(body)
         async with held_if(fmt.has_parsers, tokenizer_lock):
             bodies = list(fmt.closing(stream.num_prompt_tokens, stream.num_generated))
+        await fmt.finish()
         for body in bodies:
             yield event(body)
     except Exception as exc:  # any engine failure: the client must see the stream end

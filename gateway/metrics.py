@@ -102,6 +102,8 @@ class GatewayMetrics:
     controller_ttft_overdue_steps: Counter
     controller_deadline_steps: Counter
     controller_deadline_misses: Counter
+    response_store_entries: Gauge
+    response_store_bytes: Gauge
 
     def exposition(self, include_engine: bool = True) -> bytes:
         """Prometheus text: our metrics, then vLLM's (from the default registry)."""
@@ -226,6 +228,19 @@ def build_metrics(
         controller_deadline_misses=Counter(
             "dlfp_controller_deadline_misses",
             "Completed steps planned to a stream's deadline that ended after it.",
+            registry=r,
+        ),
+        response_store_entries=Gauge(
+            "dlfp_response_store_entries",
+            "Responses stored for previous_response_id and item_reference, by backend "
+            "(redis: the shared store, as of this gateway's last write to it).",
+            ["backend"],
+            registry=r,
+        ),
+        response_store_bytes=Gauge(
+            "dlfp_response_store_bytes",
+            "Bytes of stored responses (JSON, with the conversation before each), by backend.",
+            ["backend"],
             registry=r,
         ),
     )

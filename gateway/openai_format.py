@@ -107,6 +107,10 @@ class Formatter:
         """Chunks sent before the first token."""
         return []
 
+    async def finish(self) -> None:
+        """Once the whole reply is built, before it (or a stream's last events) goes out:
+        ``/v1/responses`` stores it here, so the next turn can name it at once."""
+
     def stream_events(self, delta: ChoiceDelta) -> list[dict[str, Any]]:
         """The events one engine delta makes: here one chunk, or none yet."""
         choice = self.stream_choice(delta)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
@@ -43,7 +43,7 @@ IGNORED_REASONS: dict[str, str] = {
     "user": "an end-user id for OpenAI's abuse monitoring; nothing is tracked",
     "safety_identifier": "an end-user id for OpenAI's abuse monitoring; nothing is tracked",
     "metadata": "tags for stored completions; nothing is stored",
-    "store": "nothing is stored",
+    "store": "chat and completions: nothing is stored (/v1/responses honours it)",
     "service_tier": "there is one tier; order is set by priority",
     "prompt_cache_key": "a cache-routing hint; the prefix cache needs none (cache_salt isolates)",
     "prompt_cache_retention": "how long OpenAI keeps a cached prefix; the engine's prefix cache "
@@ -148,6 +148,8 @@ def _is_unicode(text: str) -> bool:
 class _Request(BaseModel):
     # An unknown field is a 400 naming it (errors.py words the message).
     model_config = ConfigDict(extra="forbid")
+    ignored: ClassVar[frozenset[str]] = IGNORED_FIELDS
+    """The ``IGNORED_REASONS`` fields this endpoint drops (one it honours is not here)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -155,7 +157,7 @@ class _Request(BaseModel):
         # NOTE: first, on the raw body: a message that quotes a lone surrogate (pydantic's
         # own errors do) cannot be rendered, so no later check may see one.
         check_text(data)
-        return _unset_dropped(data, IGNORED_FIELDS)
+        return _unset_dropped(data, cls.ignored)
 
     @model_validator(mode="after")
     def _refuse(self) -> Self:
@@ -521,6 +523,7 @@ OUTPUT_LOGPROBS = "message.output_text.logprobs"
 
 
 class ResponsesRequest(EngineFields, TemplateFields):
+    ignored: ClassVar[frozenset[str]] = IGNORED_FIELDS - {"store"}
     model: str = Field(min_length=1, max_length=256)
     input: str | list[dict[str, Any]]
     """A string (bounded by the body size), or at most ``MAX_INPUT_ITEMS`` items."""
@@ -546,7 +549,11 @@ class ResponsesRequest(EngineFields, TemplateFields):
     stream: StrictBool = False
     priority: Priority = 0
     cache_salt: CacheSalt | None = None
-    previous_response_id: Annotated[str | None, Refused("nothing is stored")] = None
+    store: StrictBool = True
+    """Keep the response for ``previous_response_id``, ``item_reference`` and
+    ``GET /v1/responses/{id}`` (OpenAI's default)."""
+    previous_response_id: str | None = Field(default=None, min_length=1, max_length=256)
+    """Continue a stored response's conversation: its input and output come first."""
     background: Annotated[
         StrictBool | None, Refused("there is no background mode", also=(False,))
     ] = None

@@ -29,6 +29,7 @@ from gateway.protocol import (
     ResponsesRequest,
     Usage,
 )
+from gateway.stored_responses import Conversation, Keeper
 
 
 def _text(content: Any, param: str) -> str:
@@ -44,15 +45,17 @@ def _text(content: Any, param: str) -> str:
     return "".join(texts)
 
 
-def _messages(body: ResponsesRequest) -> list[dict[str, Any]]:
-    """The input as chat messages; consecutive function calls share one assistant turn."""
+def _messages(body: ResponsesRequest, num_history: int) -> list[dict[str, Any]]:
+    """The input as chat messages; consecutive function calls share one assistant turn.
+    The first ``num_history`` items are a stored conversation's (``previous_response_id``)."""
     messages: list[dict[str, Any]] = []
     if body.instructions:
         messages.append({"role": "system", "content": body.instructions})
     if isinstance(body.input, str):
         return [*messages, {"role": "user", "content": body.input}]
     for i, item in enumerate(body.input):
-        kind, param = item.get("type", "message"), f"input.{i}"
+        kind = item.get("type", "message")
+        param = f"input.{i - num_history}" if i >= num_history else "previous_response_id"
         if kind == "message":
             role = item.get("role")
             if role not in ("user", "system", "developer", "assistant"):
@@ -102,7 +105,7 @@ SHARED_WITH_CHAT = {
 """The Responses fields that a chat body takes as they are."""
 
 
-def _chat_body(body: ResponsesRequest) -> dict[str, Any]:
+def _chat_body(body: ResponsesRequest, num_history: int) -> dict[str, Any]:
     tools = []
     for i, tool in enumerate(body.tools or []):
         if tool.type != "function":
@@ -112,7 +115,7 @@ def _chat_body(body: ResponsesRequest) -> dict[str, Any]:
         function |= {"parameters": tool.parameters, "strict": tool.strict}
         tools.append({"type": "function", "function": function})
     chat: dict[str, Any] = {
-        "messages": _messages(body),
+        "messages": _messages(body, num_history),
         "max_tokens": body.max_output_tokens,
         "tools": tools or None,
         **body.model_dump(include=SHARED_WITH_CHAT),
@@ -142,10 +145,22 @@ class ResponsesInput(ChatInput):
     id_prefix = "resp"
     prompt_param = "input"
 
-    def __init__(self, body: ResponsesRequest) -> None:
+    def __init__(
+        self,
+        body: ResponsesRequest,
+        conversation: Conversation | None = None,
+        keeper: Keeper | None = None,
+    ) -> None:
+        """``conversation``: the input with its references resolved (``stored_responses``);
+        ``keeper``: where the finished response is stored, if it is to be."""
         self.request = body
+        self.keeper = keeper
+        num_history = 0
+        if conversation is not None:
+            body = body.model_copy(update={"input": conversation.all_items})
+            num_history = len(conversation.history)
         try:
-            chat = ChatCompletionRequest.model_validate(_chat_body(body))
+            chat = ChatCompletionRequest.model_validate(_chat_body(body, num_history))
         except ValidationError as exc:
             first = first_error(exc.errors())
             raise APIError(400, f"{first.param}: {first.message}", param=first.param) from exc
@@ -153,7 +168,7 @@ class ResponsesInput(ChatInput):
 
     def formatter(self, completion_id: str, model: str) -> Formatter:
         return ResponsesFormatter(
-            self.request, self.body, completion_id, model, self.output.new_parser
+            self.request, self.body, completion_id, model, self.output.new_parser, self.keeper
         )
 
 
@@ -227,9 +242,13 @@ class ResponsesFormatter(ChatFormatter):
         completion_id: str,
         model: str,
         new_parser: Callable[[], OutputParser] | None,
+        keeper: Keeper | None = None,
     ) -> None:
         super().__init__(chat, completion_id, model, new_parser)
         self.request = request
+        self._keeper = keeper
+        self._final: dict[str, Any] | None = None
+        """The finished response, once built: what ``finish`` stores."""
         self.include_usage = False
         self._sequence = 0
         self._items: list[dict[str, Any]] = []
@@ -272,9 +291,9 @@ class ResponsesFormatter(ChatFormatter):
             "max_tool_calls": req.max_tool_calls,
             "truncation": "disabled",
             "reasoning": {"effort": None, "summary": None},
-            "store": False,
+            "store": req.store,
             "background": False,
-            "previous_response_id": None,
+            "previous_response_id": req.previous_response_id,
             "error": None,
             "incomplete_details": incomplete,
             "metadata": {},
@@ -290,7 +309,12 @@ class ResponsesFormatter(ChatFormatter):
             for token in lp.content or []
         ]
         items = _output_items(message, logprobs, self.request.max_tool_calls)
-        return ResponseObject.model_validate(self.response(status, items, usage))
+        self._final = self.response(status, items, usage)
+        return ResponseObject.model_validate(self._final)
+
+    async def finish(self) -> None:
+        if self._keeper is not None and self._final is not None:
+            await self._keeper.keep(self._final)
 
     # --- streamed ---
 
@@ -434,6 +458,6 @@ class ResponsesFormatter(ChatFormatter):
         out = self._close_item()
         status = "incomplete" if self._finish_reason == "length" else "completed"
         usage = Usage.of(num_prompt_tokens, num_generated_tokens)
-        final = self.response(status, self._items, usage)
+        final = self._final = self.response(status, self._items, usage)
         kind = "response.incomplete" if status == "incomplete" else "response.completed"
         return [*out, self._event(kind, response=final)]

@@ -23,6 +23,7 @@ from pydantic import (
     ValidationError,
     create_model,
     field_validator,
+    model_validator,
 )
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -34,7 +35,7 @@ from gateway.errors import first_error
 
 DLFP_FIELDS = tuple(DLFPConfig.model_fields)
 ADMISSION_FIELDS = tuple(AdmissionLimits.model_fields)
-SECRET_FIELDS = ("admin_token", "api_keys", "priority_api_keys", "metrics_token")
+SECRET_FIELDS = ("admin_token", "api_keys", "priority_api_keys", "metrics_token", "redis_url")
 """Settings that may also come from a file: ``DLFP_<NAME>_FILE`` names it (Docker's
 ``*_FILE`` convention, for compose secrets and mounted Kubernetes Secrets)."""
 
@@ -192,6 +193,22 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     """vLLM's scheduling policy; with priority, a request's priority also orders the engine."""
 
+    # --- stored responses (/v1/responses) ---
+    response_store: Literal["memory", "redis"] = "memory"
+    """Where /v1/responses keeps what previous_response_id, item_reference and
+    GET /v1/responses/{id} read: memory = this process; redis = DLFP_REDIS_URL, shared by
+    every replica that names it."""
+    redis_url: SecretStr | None = None
+    """The Redis of the redis response store (redis://[:password@]host:port/db), a secret:
+    or from the file DLFP_REDIS_URL_FILE names."""
+    response_store_max_entries: int = Field(default=10_000, ge=1)
+    """Most responses stored; past it the oldest go first."""
+    response_store_max_bytes: int = Field(default=268_435_456, ge=1024)
+    """Most bytes of stored responses (each with the conversation before it, as JSON);
+    past it the oldest go first."""
+    response_store_ttl_s: float = Field(default=86_400.0, gt=0)
+    """How long a response stays stored after it is made."""
+
     # --- security and limits (the SECRET_FIELDS may also come from DLFP_<NAME>_FILE) ---
     admin_token: SecretStr | None = None
     """Bearer token for /admin/*; unset = admin answers only loopback clients. Or from the
@@ -219,7 +236,13 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
     grammar_compile_timeout_s: float = Field(default=10.0, gt=0, le=600)
     """Longest a request's grammar (schema, forced tool call) may take to compile; 400 past it."""
 
-    @field_validator("metrics_token", mode="before")
+    @model_validator(mode="after")
+    def _redis_store_has_a_url(self) -> Settings:
+        if self.response_store == "redis" and self.redis_url is None:
+            raise ValueError("response_store redis needs DLFP_REDIS_URL (or DLFP_REDIS_URL_FILE)")
+        return self
+
+    @field_validator("metrics_token", "redis_url", mode="before")
     @classmethod
     def _empty_token_is_unset(cls, value: object) -> object:
         # An empty Secret key or file keeps /metrics open, as an empty DLFP_API_KEYS keeps /v1.

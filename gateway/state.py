@@ -11,6 +11,7 @@ from gateway.admission import Admission, AdmissionRejected
 from gateway.engine_watch import EngineWatch
 from gateway.errors import engine_unavailable
 from gateway.metrics import GatewayMetrics
+from gateway.response_store import ResponseStore
 from gateway.settings import Settings
 
 
@@ -23,6 +24,8 @@ class GatewayState:
     """The controller settings in force (the engine core holds the live state)."""
     admission: Admission
     watch: EngineWatch
+    response_store: ResponseStore
+    """What /v1/responses stores and reads back (``stored_responses``)."""
     keepalive_s: float = 10.0
     engine_error: str | None = None
     """Why the engine cannot serve (it failed to start, died or hung); None while it can."""

@@ -263,8 +263,9 @@ def smollm_f32_server(smollm_servers: dict[str, Server]) -> Server:
 
 @pytest.fixture(scope="session")
 def debian_programs() -> DebianPrograms:
-    """Chromium (the dashboard test) and promtool (the Prometheus config and exposition
-    tests), installed from Debian together where missing."""
+    """Chromium (the dashboard test), promtool (the Prometheus config and exposition
+    tests) and redis-server (the shared response store), installed from Debian together
+    where missing."""
     return DebianPrograms(provision())
 
 

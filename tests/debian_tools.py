@@ -1,4 +1,4 @@
-"""Debian programs the tests drive (Chromium, promtool), installed with apt-get where
+"""Debian programs the tests drive (Chromium, promtool, redis-server), installed with apt-get where
 missing, so a fresh CI machine has them too; no other download.
 
 All of them are provisioned at once, with one ``apt-get update`` and one
@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-PACKAGES = {"chromium": "chromium", "promtool": "prometheus"}
+PACKAGES = {"chromium": "chromium", "promtool": "prometheus", "redis-server": "redis-server"}
 """Each program the tests run, and the Debian package that installs it."""
 
 

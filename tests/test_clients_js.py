@@ -140,9 +140,9 @@ def test_generate_object_parses_the_schema_instance(
     assert detail["finishReason"] == "stop"
 
 
-# Through openai(model) the SDK sends the first reply back as an item_reference, which
-# needs stored responses; Chat Completions sends the messages themselves.
-@pytest.mark.parametrize("api", ["chat"])
+# Through openai(model) the SDK sends the first reply back as an item_reference (read
+# from the stored responses); through Chat Completions, the messages themselves.
+@pytest.mark.parametrize("api", APIS)
 def test_a_conversation_continues_from_the_reply_messages(
     checks: dict[str, dict[str, Any]], api: str
 ) -> None:

@@ -254,6 +254,35 @@ def test_openai_responses_stream(base_url: str) -> None:
     assert "".join(deltas) == final.output_text == FAKE_TEXT
 
 
+def test_openai_responses_stream_resumes_a_stored_response(base_url: str) -> None:
+    client = sync_openai(base_url)
+    first = client.responses.create(model=MODEL, input=QUESTION, extra_body=STOP_AT_PERIOD)
+    with client.responses.stream(response_id=first.id, starting_after=3) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    assert events[0].sequence_number == 4
+    assert events[-1].type == "response.completed"
+    assert final.id == first.id and final.output_text == first.output_text == FAKE_TEXT
+
+
+def test_openai_three_turns_through_previous_response_id(base_url: str) -> None:
+    client = sync_openai(base_url)
+    previous = None
+    for turn in ("one", "two", "three"):
+        reply = client.responses.create(
+            model=MODEL,
+            input=turn,
+            previous_response_id=previous or openai.omit,
+            extra_body=STOP_AT_PERIOD,
+        )
+        assert reply.previous_response_id == previous
+        previous = reply.id
+    assert client.responses.retrieve(previous).output_text == FAKE_TEXT
+    client.responses.delete(previous)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(previous)
+
+
 # --- LlamaIndex ---
 
 

@@ -73,6 +73,8 @@ def _check_dlfp_env(env: dict[str, str], where: str) -> None:
     unknown = {name for name in env if name.startswith("DLFP_")} - fields - SECRET_FILES
     assert not unknown, f"{where}: no such setting {sorted(unknown)}"
     literal = {k[5:].lower(): v for k, v in env.items() if k in fields and "${" not in str(v)}
+    if literal.get("response_store") == "redis":  # its URL is a secret, never a literal
+        literal["redis_url"] = "redis://:secret@redis:6379/0"
     Settings.model_validate(literal)
 
 
@@ -149,9 +151,10 @@ def test_dockerignore_keeps_the_build_inputs_and_drops_env_files() -> None:
 
 def test_compose_services_profiles_and_dotenv(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) == {*GATEWAYS, "prometheus", "grafana"}
+    assert set(services) == {*GATEWAYS, "prometheus", "grafana", "redis"}
     for name, (profile, _) in GATEWAYS.items():
         assert services[name]["profiles"] == [profile]
+    assert services["redis"]["profiles"] == ["redis"]
     assert "profiles" not in services["prometheus"] and "profiles" not in services["grafana"]
 
     dotenv = dict(
@@ -182,7 +185,8 @@ def test_compose_gateway(name: str, compose: dict[str, Any], routes: set[str]) -
     assert env["DLFP_HOST"] == "0.0.0.0" and env["DLFP_DEVICE"] == device
     # The secrets arrive as files, one compose secret each, never as variables.
     assert not {"DLFP_ADMIN_TOKEN", "DLFP_API_KEYS", "DLFP_METRICS_TOKEN"} & set(env)
-    assert set(service["secrets"]) == {"admin_token", "api_keys", "metrics_token"}
+    assert "DLFP_REDIS_URL" not in env
+    assert set(service["secrets"]) == {"admin_token", "api_keys", "metrics_token", "redis_url"}
     for secret in service["secrets"]:
         assert env[f"DLFP_{secret.upper()}_FILE"] == f"/run/secrets/{secret}"
         assert secret in compose["secrets"]

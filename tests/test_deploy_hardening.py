@@ -36,6 +36,7 @@ BIND_VARS = {
     "gateway-cpu": "GATEWAY_BIND",
     "prometheus": "PROMETHEUS_BIND",
     "grafana": "GRAFANA_BIND",
+    "redis": "REDIS_BIND",
 }
 GATEWAYS = ("gateway-gpu", "gateway-cpu")
 SECRETS_DIR = DEPLOY / "secrets"
@@ -115,7 +116,14 @@ def test_compose_validates_against_the_compose_specification(
 
 def test_compose_secrets_are_files_out_of_git_and_the_image(compose: dict[str, Any]) -> None:
     secrets = compose["secrets"]
-    assert set(secrets) == {"admin_token", "api_keys", "metrics_token", "grafana_admin_password"}
+    assert set(secrets) == {
+        "admin_token",
+        "api_keys",
+        "metrics_token",
+        "grafana_admin_password",
+        "redis_url",
+        "redis_password",
+    }
     for name, secret in secrets.items():
         assert set(secret) == {"file"}, f"{name}: a file, not an environment variable"
         assert secret["file"] == f"${{SECRETS_DIR:-./deploy/secrets}}/{name}"
@@ -172,7 +180,7 @@ def test_compose_gateway_is_hardened_like_the_pod(name: str, compose: dict[str, 
             assert is_writable(value), f"{dockerfile}: {variable}={value}"
 
 
-@pytest.mark.parametrize("name", ["prometheus", "grafana"])
+@pytest.mark.parametrize("name", ["prometheus", "grafana", "redis"])
 def test_compose_monitoring_runs_without_privileges(name: str, compose: dict[str, Any]) -> None:
     service = compose["services"][name]
     assert service["security_opt"] == ["no-new-privileges:true"]
@@ -285,7 +293,12 @@ def test_k8s_every_writable_path_is_a_volume(pod: dict[str, Any]) -> None:
 def test_k8s_secrets_are_required_keys_of_one_secret(pod: dict[str, Any]) -> None:
     (container,) = pod["containers"]
     refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
-    assert set(refs) == {"DLFP_ADMIN_TOKEN", "DLFP_API_KEYS", "DLFP_METRICS_TOKEN"}
+    assert set(refs) == {
+        "DLFP_ADMIN_TOKEN",
+        "DLFP_API_KEYS",
+        "DLFP_METRICS_TOKEN",
+        "DLFP_REDIS_URL",
+    }
     assert len({ref["name"] for ref in refs.values()}) == 1
     assert len({ref["key"] for ref in refs.values()}) == len(refs)
     # NOTE: a Secret without one of the keys stops the pod; none may leave /v1 open silently.
@@ -311,3 +324,22 @@ def test_k8s_network_policy_admits_only_the_gateway_port(pod: dict[str, Any]) ->
     (endpoint,) = monitor["spec"]["endpoints"]
     (service_port,) = [p for p in service["spec"]["ports"] if p["name"] == endpoint["port"]]
     assert service_port["targetPort"] == admitted["port"]
+
+
+def test_k8s_redis_is_what_the_gateways_url_names() -> None:
+    """The Service the documented redis-url names, its password from a Secret, and
+    ingress from the gateway pods only."""
+    docs = [d for d in yaml.safe_load_all((K8S / "redis" / "redis.yaml").read_text()) if d]
+    by_kind = {d["kind"]: d for d in docs}
+    assert set(by_kind) == {"Deployment", "Service", "NetworkPolicy"}
+    readme = (DEPLOY / "README.md").read_text()
+    assert f"@{by_kind['Service']['metadata']['name']}:6379/0" in readme
+    (container,) = by_kind["Deployment"]["spec"]["template"]["spec"]["containers"]
+    (password,) = container["env"]
+    assert password["valueFrom"]["secretKeyRef"] == {"name": "dlfp-redis", "key": "password"}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    (rule,) = by_kind["NetworkPolicy"]["spec"]["ingress"]
+    (source,) = rule["from"]
+    assert source["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "dlfp-gateway"}
+    (kustomization,) = yaml.safe_load_all((K8S / "redis" / "kustomization.yaml").read_text())
+    assert kustomization["resources"] == ["redis.yaml"]

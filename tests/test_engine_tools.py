@@ -204,3 +204,22 @@ def test_responses_function_call(gateway_server: Server, stream: bool) -> None:
         assert calls and calls[0].name == "get_weather"
         arguments = calls[0].arguments
     assert json.loads(arguments)["city"] in ("Paris", "Rome")
+
+
+def test_a_three_turn_conversation_through_previous_response_id(gateway_server: Server) -> None:
+    """Each turn's prompt holds the turns before it: the stored conversation reaches the
+    real engine's template."""
+    client = _oai(gateway_server)
+    previous: str | None = None
+    num_input_tokens = []
+    for turn in ("Hello.", "And then?", "Goodbye."):
+        reply = client.responses.create(
+            model=TINY_MODEL_NAME,
+            input=turn,
+            max_output_tokens=4,
+            previous_response_id=previous or openai.omit,
+        )
+        assert reply.usage is not None
+        num_input_tokens.append(reply.usage.input_tokens)
+        previous = reply.id
+    assert num_input_tokens[0] < num_input_tokens[1] < num_input_tokens[2]

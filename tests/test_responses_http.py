@@ -93,7 +93,7 @@ async def test_function_call_reply_and_stream() -> None:
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
-        ({"previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"previous_response_id": "resp_1"}, "previous_response_id"),  # not stored
         ({"background": True}, "background"),
         ({"tools": [{"type": "web_search"}]}, "tools.0"),
         ({"no_such_field": 1}, "no_such_field"),

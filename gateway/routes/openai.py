@@ -13,7 +13,7 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from gateway.deps import AuthorizedV1, EngineDep, LifecycleDep
+from gateway.deps import AuthorizedV1, EngineDep, LifecycleDep, OwnerDep, StoreDep
 from gateway.errors import ErrorResponse
 from gateway.openai_request import ChatInput, CompletionInput
 from gateway.protocol import (
@@ -27,6 +27,9 @@ from gateway.protocol import (
     ResponsesRequest,
 )
 from gateway.responses import ResponsesInput
+from gateway.sse import DONE
+from gateway.sse import event as sse_event
+from gateway.stored_responses import Keeper, replay_events, resolve, stored_or_404
 
 router = APIRouter(dependencies=[AuthorizedV1])
 
@@ -68,6 +71,40 @@ async def completions(body: CompletionRequest, lifecycle: LifecycleDep) -> Respo
 
 
 @router.post("/v1/responses", response_model=None, responses={**_ERRORS, 200: {"content": _STREAM}})
-async def responses(body: ResponsesRequest, lifecycle: LifecycleDep) -> Response | BaseModel:
-    """Stateless: ``store`` is accepted and nothing is stored."""
-    return await lifecycle.run(ResponsesInput(body))
+async def responses(
+    body: ResponsesRequest, lifecycle: LifecycleDep, store: StoreDep, owner: OwnerDep
+) -> Response | BaseModel:
+    """``previous_response_id`` and ``item_reference`` are read from the store first;
+    with ``store`` (the default) the finished response is kept there."""
+    conversation = await resolve(body, store, owner)
+    keeper = Keeper(store, owner, conversation) if body.store else None
+    return await lifecycle.run(ResponsesInput(body, conversation, keeper))
+
+
+@router.get(
+    "/v1/responses/{response_id}",
+    response_model=None,
+    responses={**_ERRORS, 200: {"content": _STREAM}},
+)
+async def get_response(
+    response_id: str,
+    store: StoreDep,
+    owner: OwnerDep,
+    stream: bool = False,
+    starting_after: int | None = None,
+) -> Response | dict[str, Any]:
+    """A stored response; with ``stream=true`` its events again, after ``starting_after``."""
+    stored = await stored_or_404(store, owner, response_id)
+    if not stream:
+        return stored.response
+    after = -1 if starting_after is None else starting_after
+    events = [e for e in replay_events(stored.response) if e["sequence_number"] > after]
+    body = b"".join(sse_event(e) for e in events) + DONE
+    return Response(body, media_type="text/event-stream")
+
+
+@router.delete("/v1/responses/{response_id}", responses=_ERRORS)
+async def delete_response(response_id: str, store: StoreDep, owner: OwnerDep) -> dict[str, Any]:
+    if not await store.delete(owner, response_id):
+        await stored_or_404(store, owner, response_id)  # the 404 of an unknown id
+    return {"id": response_id, "object": "response", "deleted": True}
