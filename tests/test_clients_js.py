@@ -21,8 +21,10 @@ from typing import Any
 import pytest
 
 from gateway.settings import Settings
+from tests.debian_tools import DebianPrograms
 from tests.fakes import WORDS, FakeEngine
 from tests.http_helpers import fake_app, served_in_thread
+from tests.redis_server import running_redis
 
 CLIENTS_JS = Path(__file__).resolve().parent / "clients_js"
 SCRIPT = CLIENTS_JS / "ai_sdk_check.mjs"
@@ -69,12 +71,21 @@ def installed_clients_js() -> Path:
 
 
 def run_checks(
-    base_url: str, model: str, kinds: tuple[str, ...] = KINDS, timeout_s: float = 120.0
+    base_url: str,
+    model: str,
+    kinds: tuple[str, ...] = KINDS,
+    timeout_s: float = 120.0,
+    second_base_url: str | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """The script's result line for each check, by name (``<api>.<kind>``)."""
+    """The script's result line for each check, by name (``<api>.<kind>``); with a second
+    gateway, the conversation's turns alternate between the two."""
     directory = installed_clients_js()
+    command = ["node", str(SCRIPT), "--base-url", base_url, "--model", model]
+    command += ["--only", ",".join(kinds)]
+    if second_base_url:
+        command += ["--second-base-url", second_base_url]
     result = subprocess.run(
-        ["node", str(SCRIPT), "--base-url", base_url, "--model", model, "--only", ",".join(kinds)],
+        command,
         cwd=directory,
         capture_output=True,
         text=True,
@@ -148,3 +159,24 @@ def test_a_conversation_continues_from_the_reply_messages(
 ) -> None:
     detail = _passed(checks, f"{api}.conversation")
     assert detail["second"].startswith(FAKE_ANSWER)
+
+
+def test_a_conversation_alternating_between_gateways_sharing_redis(
+    debian_programs: DebianPrograms, tmp_path: Path
+) -> None:
+    """Through openai(model), the second and third turns refer to items the other gateway
+    stored: the two find them in the Redis they share."""
+    executable = debian_programs.path("redis-server")
+    with running_redis(executable, tmp_path) as redis_server:
+        shared = {"response_store": "redis", "redis_url": redis_server.url}
+        apps = [
+            fake_app(Settings(_env_file=None, **shared), FakeEngine(MODEL, 4096))  # type: ignore[call-arg]
+            for _ in range(2)
+        ]
+        with served_in_thread(apps[0]) as one, served_in_thread(apps[1]) as two:
+            checks = run_checks(
+                f"http://{one}", MODEL, ("conversation",), second_base_url=f"http://{two}"
+            )
+    for api in APIS:
+        detail = _passed(checks, f"{api}.conversation")
+        assert detail["third"].startswith(FAKE_ANSWER)

@@ -17,7 +17,14 @@ import httpx
 import psutil
 import pytest
 
-from tests.conftest import Server, start_server, start_servers, stop_server, tiny_gateway_env
+from tests.conftest import (
+    Server,
+    assert_stopped_cleanly,
+    start_server,
+    start_servers,
+    stop_server,
+    tiny_gateway_env,
+)
 from tests.engine_helpers import chat_body
 from tests.http_helpers import sse_data, sse_json
 
@@ -106,6 +113,7 @@ def test_sigterm_drains_streams_then_cuts_the_rest_and_exits_zero(
         for worker in workers:
             worker.start()
         assert all(event.wait(120) for event in events.values())
+        processes = psutil.Process(server.process.pid).children(recursive=True)
         server.process.send_signal(signal.SIGTERM)
         time.sleep(0.5)
         with httpx.Client(base_url=server.base_url, timeout=30) as client:
@@ -125,6 +133,8 @@ def test_sigterm_drains_streams_then_cuts_the_rest_and_exits_zero(
         assert server.process.wait(120) == 0
         drained = [e for e in server.events() if e.get("event") == "drain_done"]
         assert [e["streams_cut"] for e in drained] == [1], drained
+        # No traceback (AsyncLLM.__del__ at exit) and no shared memory left behind.
+        assert_stopped_cleanly(server, processes)
     finally:
         stop_server(server)
 

@@ -2,7 +2,10 @@
 // provider's baseURL and apiKey differ from a call to OpenAI.
 //
 //   node ai_sdk_check.mjs --base-url http://127.0.0.1:8000 --model NAME [--only KIND,...]
+//     [--second-base-url URL]
 //
+// With a second gateway, the conversation's turns alternate between the two (first,
+// second, first), as behind a load balancer in front of replicas sharing a store.
 // (or GATEWAY_BASE_URL, GATEWAY_MODEL, GATEWAY_API_KEY, CHECKS_ONLY). The base URL is
 // the gateway's root or its /v1. Each check runs through openai(model), the Responses
 // API (the provider's default), and through openai.chat(model), Chat Completions, and
@@ -30,6 +33,7 @@ function options() {
       model: { type: "string", default: process.env.GATEWAY_MODEL },
       "api-key": { type: "string", default: process.env.GATEWAY_API_KEY ?? "unused" },
       only: { type: "string", default: process.env.CHECKS_ONLY ?? KINDS.join(",") },
+      "second-base-url": { type: "string", default: process.env.GATEWAY_SECOND_BASE_URL },
     },
   });
   const kinds = values.only.split(",").filter(Boolean);
@@ -41,9 +45,14 @@ function options() {
     );
     process.exit(2);
   }
-  const root = values["base-url"].replace(/\/+$/, "");
-  const baseURL = root.endsWith("/v1") ? root : `${root}/v1`;
-  return { baseURL, apiKey: values["api-key"], model: values.model, kinds };
+  const baseURL = apiRoot(values["base-url"]);
+  const secondURL = values["second-base-url"] ? apiRoot(values["second-base-url"]) : baseURL;
+  return { baseURL, secondURL, apiKey: values["api-key"], model: values.model, kinds };
+}
+
+function apiRoot(url) {
+  const root = url.replace(/\/+$/, "");
+  return root.endsWith("/v1") ? root : `${root}/v1`;
 }
 
 // What the SDK's errors carry beyond a message: the HTTP status and the gateway's body
@@ -130,13 +139,18 @@ async function checkGenerateObject(model) {
 // A second turn built from the first reply's messages, as chat applications keep their
 // history: the Responses provider then refers to the earlier assistant item by its id
 // (an "item_reference" input item) instead of repeating its text.
-async function checkConversation(model) {
-  const question = { role: "user", content: PROMPT };
-  const first = await generateText({ model, messages: [question], ...COMMON });
-  const history = [question, ...first.response.messages, { role: "user", content: "Again." }];
-  const second = await generateText({ model, messages: history, ...COMMON });
-  if (second.text.length === 0) throw new Error(`empty second reply, ${second.finishReason}`);
-  return { first: first.text, second: second.text };
+// Three turns, each sending the replies before it back as the SDK builds them (through
+// openai(model): item_reference items from the second turn on).
+async function checkConversation(model, otherModel) {
+  const messages = [{ role: "user", content: PROMPT }];
+  const texts = [];
+  for (const turnModel of [model, otherModel, model]) {
+    const reply = await generateText({ model: turnModel, messages, ...COMMON });
+    if (reply.text.length === 0) throw new Error(`empty reply, ${reply.finishReason}`);
+    texts.push(reply.text);
+    messages.push(...reply.response.messages, { role: "user", content: "Again." });
+  }
+  return { first: texts[0], second: texts[1], third: texts[2] };
 }
 
 const CHECKS = {
@@ -148,15 +162,19 @@ const CHECKS = {
 };
 
 async function main() {
-  const { baseURL, apiKey, model, kinds } = options();
+  const { baseURL, secondURL, apiKey, model, kinds } = options();
   const openai = createOpenAI({ baseURL, apiKey });
-  const apis = { responses: openai(model), chat: openai.chat(model) };
+  const second = createOpenAI({ baseURL: secondURL, apiKey });
+  const apis = {
+    responses: [openai(model), second(model)],
+    chat: [openai.chat(model), second.chat(model)],
+  };
   let failed = false;
-  for (const [api, languageModel] of Object.entries(apis)) {
+  for (const [api, [languageModel, otherModel]] of Object.entries(apis)) {
     for (const kind of kinds) {
       const check = `${api}.${kind}`;
       try {
-        const detail = await CHECKS[kind](languageModel);
+        const detail = await CHECKS[kind](languageModel, otherModel);
         console.log(JSON.stringify({ check, ok: true, detail }));
       } catch (error) {
         failed = true;
