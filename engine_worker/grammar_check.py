@@ -29,6 +29,7 @@ import json
 import logging
 import multiprocessing
 import re
+import signal
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -101,6 +102,9 @@ def _compile(compiler: Any, kind: str, spec: str, any_whitespace: bool) -> None:
 def serve(conn: Connection, model_dir: str, vocab_size: int | None, any_whitespace: bool) -> None:
     """The worker: load the tokenizer once, then answer ``(kind, spec)`` with
     ``("ok", "")`` or ``("error", message)`` until the pipe closes."""
+    # NOTE: a terminal's Ctrl-C reaches the whole process group; the gateway stops this
+    # worker by closing the pipe, so the signal would only print a KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         compiler = _compiler(model_dir, vocab_size)
     except Exception as exc:

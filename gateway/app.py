@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from engine_worker.api import Engine
 from engine_worker.dlfp_config import DLFPConfig
 from gateway.admission import Admission
+from gateway.body_guard import JSONBodyGuardMiddleware
 from gateway.engine_watch import EngineWatch, watch_engine
 from gateway.errors import install_error_handlers
 from gateway.metrics import GatewayMetrics, build_metrics
@@ -97,7 +98,9 @@ def create_app(
     app.include_router(admin.router)
     app.include_router(dashboard.router)
     # NOTE: the last added runs first: ids and the access log, then the keys, then the
-    # body limit, so a request without a key gets 401 before its body is read or sized.
+    # body limit, so a request without a key gets 401 before its body is read or sized,
+    # then the raw-body checks on what the limit let through.
+    app.add_middleware(JSONBodyGuardMiddleware, max_values=settings.max_body_values)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(
         AccessMiddleware,

@@ -181,7 +181,9 @@ def install_error_handlers(app: FastAPI, validation_status: int = 400) -> None:
     @app.exception_handler(AdmissionRejected)
     async def _rejected(request: Request, exc: AdmissionRejected) -> JSONResponse:
         status = 503 if exc.reason == "draining" else 429
-        headers = {"Retry-After": str(exc.retry_after_s)}
+        # A refused client is told to come back later: its connection is not kept open
+        # for it meanwhile (keep-alive would hold a socket per refused client).
+        headers = {"Retry-After": str(exc.retry_after_s), "Connection": "close"}
         return APIError(status, str(exc), code=exc.reason, headers=headers).response()
 
     @app.exception_handler(StoreUnavailableError)

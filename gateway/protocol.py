@@ -10,6 +10,7 @@ any other field is a 400 naming it. A field sent as ``null`` counts as unset.
 from __future__ import annotations
 
 import json
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, Self
 
@@ -103,6 +104,11 @@ def _unset_dropped(data: Any, ignored: frozenset[str] = frozenset()) -> Any:
     return {k: v for k, v in data.items() if v is not None and k not in ignored}
 
 
+text_checked: ContextVar[bool] = ContextVar("text_checked", default=False)
+"""Set for a request whose raw body cannot hold a lone surrogate (``gateway.body_guard``):
+``check_text`` then has nothing to find, and skips its walk."""
+
+
 def check_text(data: Any) -> None:
     """The one text check: every string of a body, keys included, must be valid Unicode.
 
@@ -110,30 +116,34 @@ def check_text(data: Any) -> None:
     tokenizer, vLLM's msgspec encoding and the error renderer would each fail on it, the
     last two after the engine registered the request. So it is refused before the body is
     validated, with its JSON path as ``param``; the message never echoes the text.
-    Iterative, so that no nesting depth can overflow the stack.
+    Iterative, so that no nesting depth can overflow the stack; a path is spelled only
+    for the string refused, so numbers and the like cost one type check each.
     """
-    pending: list[tuple[Any, str]] = [(data, "")]
+    if text_checked.get():
+        return
+    pending: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
     while pending:
         value, path = pending.pop()
         if isinstance(value, str):
             if not _is_unicode(value):
+                where = ".".join(str(part) for part in path)
                 raise APIError(
                     400,
-                    f"{path or 'the body'}: the text is not valid Unicode (a lone surrogate)",
-                    param=path or None,
+                    f"{where or 'the body'}: the text is not valid Unicode (a lone surrogate)",
+                    param=where or None,
                     code="invalid_value",
                 )
         elif isinstance(value, dict):
             for key, item in value.items():
-                child = f"{path}.{key}" if path else str(key)
                 if isinstance(key, str) and not _is_unicode(key):
-                    child = f"{path}.<key>" if path else "<key>"
-                    pending.append((key, child))
-                    continue
-                pending.append((item, child))
+                    pending.append((key, (*path, "<key>")))
+                elif isinstance(item, str | dict | list | tuple):
+                    pending.append((item, (*path, key)))
         elif isinstance(value, list | tuple):
             pending.extend(
-                (item, f"{path}.{i}" if path else str(i)) for i, item in enumerate(value)
+                (item, (*path, i))
+                for i, item in enumerate(value)
+                if isinstance(item, str | dict | list | tuple)
             )
 
 

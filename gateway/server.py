@@ -20,9 +20,12 @@ from collections.abc import Iterable
 from types import FrameType
 
 import uvicorn
+from starlette.types import ASGIApp
+from uvicorn.protocols.http.auto import AutoHTTPProtocol as HttpProtocol
 
 from gateway.app import create_app
 from gateway.auth import is_loopback_host
+from gateway.connections import start_probe_listener, with_header_timeout
 from gateway.engine import build_engine, resolve_device
 from gateway.logs import configure_logging
 from gateway.settings import Settings
@@ -59,10 +62,18 @@ def limit_unsent(servers: Iterable[asyncio.AbstractServer]) -> None:
 
 
 class GatewayServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, state: GatewayState, drain_s: float) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        state: GatewayState,
+        drain_s: float,
+        probe_port: int | None = None,
+    ) -> None:
         super().__init__(config)
         self.state = state
         self.drain_s = drain_s
+        self.probe_port = probe_port
+        self._probe_listener: asyncio.AbstractServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -71,8 +82,17 @@ class GatewayServer(uvicorn.Server):
         self._loop = asyncio.get_running_loop()
         await super().startup(sockets)  # type: ignore[arg-type]
         limit_unsent(self.servers)
+        if self.probe_port is not None:
+            self._probe_listener = await start_probe_listener(
+                self.state, self.config.host, self.probe_port, self.state.settings.header_timeout_s
+            )
         task = self._loop.create_task(self._watch_engine())
         self._tasks.add(task)
+
+    async def shutdown(self, sockets: list[object] | None = None) -> None:  # type: ignore[override]
+        if self._probe_listener is not None:
+            self._probe_listener.close()
+        await super().shutdown(sockets)  # type: ignore[arg-type]
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self._drain_task is not None or self._loop is None:
@@ -145,23 +165,24 @@ def warn_if_api_open(settings: Settings) -> bool:
     return True
 
 
-PROBE_CONNECTIONS = 64
-"""Connections uvicorn accepts beyond the admission limits: room for /health, /ready,
-/metrics and the requests refused with 429, so a probe never meets uvicorn's own 503."""
-
 UVICORN_SHUTDOWN_S = 5
 """After the drain: how long uvicorn waits for open connections before it closes them."""
 
 
-def connection_limit(settings: Settings) -> int:
-    """uvicorn's ``limit_concurrency``: the start-up admission limits plus the probes' room.
-
-    NOTE: computed from the start-up settings only. /admin/admission may raise the
-    admission limits while the gateway runs, but not this one: a rise of more than
-    ``PROBE_CONNECTIONS`` can leave a full gateway answering probes with uvicorn's 503,
-    so a lasting rise belongs in the start-up settings."""
-    limits = settings.admission_limits()
-    return limits.max_concurrent + limits.max_queue + PROBE_CONNECTIONS
+def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=UVICORN_SHUTDOWN_S,
+        # NOTE: not the admission limits: uvicorn counts idle connections here too, so a
+        # limit near them let idle sockets refuse every probe and request. Admission
+        # bounds the work; this bounds the file descriptors.
+        limit_concurrency=settings.max_connections,
+        http=with_header_timeout(HttpProtocol, settings.header_timeout_s),
+    )
 
 
 def serve(settings: Settings) -> int:
@@ -184,16 +205,8 @@ def serve(settings: Settings) -> int:
     )
     warn_if_admin_open(settings)
     warn_if_api_open(settings)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=UVICORN_SHUTDOWN_S,
-        limit_concurrency=connection_limit(settings),
-    )
-    GatewayServer(config, state, settings.drain_s).run()
+    config = uvicorn_config(app, settings)
+    GatewayServer(config, state, settings.drain_s, settings.probe_port).run()
     failed = state.engine_error is not None
     logger.info("gateway stopped", extra={"event": "gateway_stop", "failed": failed})
     return 1 if failed else 0

@@ -185,6 +185,15 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
     # --- lifecycle (the admission limits are copied from AdmissionLimits) ---
     drain_s: float = Field(default=30.0, ge=0)
     """On SIGTERM: how long streams in flight may run before the engine stops."""
+    header_timeout_s: float = Field(default=5.0, gt=0, le=300)
+    """A connection that has not sent a whole request head this long after it opened is
+    closed (idle sockets would otherwise hold the server's connections)."""
+    probe_port: int | None = Field(default=None, ge=1, le=65535)
+    """A listener of its own for /health and /ready, which client connections cannot
+    take; unset = none (the serving port answers them too). The images and manifests
+    set 8001."""
+    max_connections: int = Field(default=4096, ge=64)
+    """Most open connections on the serving port; past it new ones get a 503."""
     stream_write_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     """A stream whose socket write makes no progress for this long (a client that stopped
     reading) is ended: its engine request aborted, its slot freed (outcome client_stalled).
@@ -226,6 +235,9 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
     """/docs, /redoc, /openapi.json and /dashboard require an API key, as /v1/* does."""
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     """Largest request body accepted, bytes."""
+    max_body_values: int = Field(default=131_072, ge=1024)
+    """Most JSON values a /v1 body may hold (counted from its bytes before it is parsed):
+    a body of tiny values costs the event loop more to parse and check than its size says."""
     max_tools: int = Field(default=128, ge=0, le=128)
     """Most tools a request may declare (OpenAI's own limit is 128)."""
     max_schema_depth: int = Field(default=32, ge=1, le=1000)

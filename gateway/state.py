@@ -42,6 +42,19 @@ class GatewayState:
     def draining(self) -> bool:
         return self.admission.draining
 
+    def readiness(self) -> tuple[int, dict[str, str]]:
+        """``/ready``'s status and body: 200 only while the engine serves and the gateway
+        admits requests, else 503 with the reason."""
+        if self.is_ready:
+            return 200, {"status": "ready"}
+        if self.draining:
+            reason = "draining"
+        elif self.engine.is_dead or self.engine_error:
+            reason = f"engine failed: {self.engine_error or 'engine core died'}"
+        else:
+            reason = "engine loading"
+        return 503, {"status": "unavailable", "reason": reason}
+
     def start_draining(self) -> None:
         """Stop admitting: /ready turns 503 and queued requests are refused."""
         self.admission.reject_all_queued()

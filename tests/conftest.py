@@ -171,12 +171,15 @@ UNCLEAN_STOP = ("Traceback", "TypeError", "leaked shared_memory")
 raised TypeError) or the resource tracker's warning about shared memory left behind."""
 
 
-def assert_stopped_cleanly(server: Server, processes: list[psutil.Process]) -> None:
+def assert_stopped_cleanly(
+    server: Server, processes: list[psutil.Process], log_start: int = 0
+) -> None:
     """Every process of the gateway is gone (the resource tracker, which writes the
-    shared-memory warning, last of all), and its log shows no unclean stop."""
+    shared-memory warning, last of all), and its log from ``log_start`` (the signal)
+    shows no unclean stop."""
     _, alive = psutil.wait_procs(processes, timeout=60)
     assert alive == [], [p.pid for p in alive]
-    log = server.log()
+    log = server.log()[log_start:]
     found = [text for text in UNCLEAN_STOP if text in log]
     assert not found, (found, log[-3000:])
 
@@ -185,12 +188,13 @@ def interrupt_server(server: Server, timeout_s: float = 120.0) -> int:
     """A terminal's Ctrl-C: SIGINT to the gateway and, at the same moment, to its engine
     core and workers (``start_server`` puts the gateway in pytest's own process group, so
     the group is signalled process by process). Asserts the stop is clean; its exit code."""
+    log_start = len(server.log())
     processes = psutil.Process(server.process.pid).children(recursive=True)
     for process in [psutil.Process(server.process.pid), *processes]:
         with contextlib.suppress(psutil.NoSuchProcess):
             process.send_signal(signal.SIGINT)
     code = wait_server(server, timeout_s)
-    assert_stopped_cleanly(server, processes)
+    assert_stopped_cleanly(server, processes, log_start)
     return code
 
 

@@ -133,14 +133,14 @@ def test_serve_with_keys_and_token_does_not_warn(
     assert "gateway_start" in events and not events & {"admin_open", "api_open"}
 
 
-def test_uvicorn_admits_more_connections_than_admission_does(
+def test_uvicorn_admits_far_more_connections_than_admission_does(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     configs = _serve_start_only(monkeypatch)
     settings = _settings(device="cpu", max_concurrent=8, max_queue=20)
     assert server.serve(settings) == 0
     (config,) = configs
-    assert config.limit_concurrency == server.connection_limit(settings)
-    # Room above every admitted and queued request for the probes and the 429s.
-    assert config.limit_concurrency >= 8 + 20 + 32
+    # Idle connections count in uvicorn's limit: it bounds descriptors, far above
+    # what admission admits and queues, and the head time-out frees idle ones.
+    assert config.limit_concurrency == settings.max_connections >= 100 * (8 + 20)
     assert config.timeout_graceful_shutdown == server.UVICORN_SHUTDOWN_S

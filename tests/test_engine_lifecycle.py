@@ -114,6 +114,7 @@ def test_sigterm_drains_streams_then_cuts_the_rest_and_exits_zero(
             worker.start()
         assert all(event.wait(120) for event in events.values())
         processes = psutil.Process(server.process.pid).children(recursive=True)
+        log_start = len(server.log())
         server.process.send_signal(signal.SIGTERM)
         time.sleep(0.5)
         with httpx.Client(base_url=server.base_url, timeout=30) as client:
@@ -134,7 +135,7 @@ def test_sigterm_drains_streams_then_cuts_the_rest_and_exits_zero(
         drained = [e for e in server.events() if e.get("event") == "drain_done"]
         assert [e["streams_cut"] for e in drained] == [1], drained
         # No traceback (AsyncLLM.__del__ at exit) and no shared memory left behind.
-        assert_stopped_cleanly(server, processes)
+        assert_stopped_cleanly(server, processes, log_start)
     finally:
         stop_server(server)
 

@@ -20,15 +20,8 @@ async def health() -> dict[str, str]:
 @router.get("/ready", responses={503: {"description": "not serving"}})
 async def ready(gateway: GatewayDep) -> JSONResponse:
     """200 only while the engine serves and the gateway admits requests."""
-    if gateway.is_ready:
-        return JSONResponse({"status": "ready"})
-    if gateway.draining:
-        reason = "draining"
-    elif gateway.engine.is_dead or gateway.engine_error:
-        reason = f"engine failed: {gateway.engine_error or 'engine core died'}"
-    else:
-        reason = "engine loading"
-    return JSONResponse({"status": "unavailable", "reason": reason}, status_code=503)
+    status, body = gateway.readiness()
+    return JSONResponse(body, status_code=status)
 
 
 @router.get("/metrics", response_class=Response)

@@ -1,0 +1,72 @@
+"""The event loop's work on a body is bounded by what its bytes say (quick tier, FAKE
+engine): counted work, not clock time."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gateway import protocol
+from gateway.body_guard import may_hold_surrogate, num_values_at_most
+from tests.http_helpers import fake_client
+
+JSON = {"content-type": "application/json"}
+CHAT: Any = {"model": "fake-model", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]}
+
+
+@pytest.fixture
+def text_checks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every string the text check encodes, in order."""
+    seen: list[str] = []
+    real = protocol._is_unicode
+
+    def counted(text: str) -> bool:
+        seen.append(text)
+        return real(text)
+
+    monkeypatch.setattr(protocol, "_is_unicode", counted)
+    yield seen
+
+
+def test_the_raw_checks() -> None:
+    assert num_values_at_most(b'{"a": [1, 2, 3]}') == 3
+    assert not may_hold_surrogate(json.dumps({"a": "é日本"}, ensure_ascii=False).encode())
+    # An emoji travels as an escaped surrogate pair from ensure_ascii encoders.
+    assert not may_hold_surrogate(json.dumps({"a": "é日本😀"}).encode())
+    # An escaped backslash before text that looks like a pair: the walk decides.
+    assert may_hold_surrogate(b'{"a": "\\\\ud800\\udc00"}')
+    assert may_hold_surrogate(b'{"a": "\\ud800"}')
+    assert may_hold_surrogate('{"a": "x"}'.encode("utf-16"))
+
+
+async def test_a_body_of_too_many_values_is_refused_before_it_is_parsed(
+    text_checks: list[str],
+) -> None:
+    body = json.dumps(CHAT | {"metadata": [0] * 200_000})
+    async with fake_client() as (client, _, engine):
+        r = await client.post("/v1/chat/completions", content=body, headers=JSON)
+        assert r.status_code == 400
+        assert "JSON values" in r.json()["error"]["message"]
+        assert engine.num_tokenized == 0 and text_checks == []
+
+
+async def test_a_body_without_surrogate_escapes_is_not_walked(text_checks: list[str]) -> None:
+    body = json.dumps(CHAT | {"metadata": {"tags": ["a"] * 50_000}})
+    async with fake_client() as (client, _, _):
+        r = await client.post("/v1/chat/completions", content=body, headers=JSON)
+        assert r.status_code == 200, r.text
+        assert text_checks == []
+
+
+async def test_a_walked_body_checks_its_strings_only(text_checks: list[str]) -> None:
+    bad = CHAT | {"user": "\ud800", "metadata": {"n": [0] * 50_000}}
+    body = json.dumps(bad)  # ensure_ascii: the surrogate travels as an escape
+    async with fake_client() as (client, _, _):
+        r = await client.post("/v1/chat/completions", content=body, headers=JSON)
+        assert r.status_code == 400
+        assert r.json()["error"]["param"] == "user"
+        # The strings and keys of the body, not its fifty thousand numbers.
+        assert len(text_checks) < 20
