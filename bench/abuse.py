@@ -3,8 +3,10 @@
 Each scenario sends a bounded number of hostile or oversized requests to a running
 gateway and judges what came back: ``burst`` (many streams at once), ``surrogate-stop``
 (a lone surrogate as a stop string, and the memory it costs), ``stalled-readers``
-(streams nobody reads), ``reply-too-big``, ``deep-schema`` and ``pre-admission`` (large
-bodies before admission). One table on stdout, ``--results FILE`` as JSON, progress on
+(streams nobody reads), ``reply-too-big``, ``deep-schema``, ``pre-admission`` (large
+bodies before admission), and ``list-bodies``, ``idle-sockets``, ``space-free-prompts``
+and ``distinct-schemas``, where one client tries to take the gateway from another
+(``bench/abuse_hostile.py``). One table on stdout, ``--results FILE`` as JSON, progress on
 stderr; the status is 1 if any scenario failed. Only a loopback gateway is accepted:
 these requests are meant to hurt the server they reach.
 """
@@ -40,6 +42,10 @@ SCENARIO_NAMES = (
     "reply-too-big",
     "deep-schema",
     "pre-admission",
+    "list-bodies",
+    "idle-sockets",
+    "space-free-prompts",
+    "distinct-schemas",
 )
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 CHAT = "/v1/chat/completions"
@@ -57,6 +63,10 @@ class AbuseOptions:
     num_surrogate: int = 300
     num_stalled: int = 2
     num_pre_admission: int = 200
+    num_list_bodies: int = 12
+    num_idle_sockets: int = 300
+    num_space_free: int = 200
+    num_schemas: int = 170
     ttft_slo_ms: float = 30_000.0
     """Used when ``GET /admin/dlfp`` does not give the gateway's own."""
     stream_write_timeout_s: float = 30.0
@@ -324,6 +334,10 @@ def add_parser(sub: Any) -> None:
         ("num_surrogate", "requests of surrogate-stop (and as many baseline ones)"),
         ("num_stalled", "clients of stalled-readers that never read"),
         ("num_pre_admission", "large-prompt requests of pre-admission"),
+        ("num_list_bodies", "1 MiB list-shaped bodies of list-bodies"),
+        ("num_idle_sockets", "connections of idle-sockets that send nothing"),
+        ("num_space_free", "400 KB prompts without a space of space-free-prompts"),
+        ("num_schemas", "requests with distinct JSON schemas of distinct-schemas"),
     ):
         default = getattr(defaults, name)
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=default, help=what)

@@ -43,7 +43,7 @@ from engine_worker.cpu_features import (
 )
 from engine_worker.dlfp_config import Device, DLFPConfig
 from engine_worker.grammar_check import GrammarVetter
-from engine_worker.prompt_prefix import encode_within
+from engine_worker.prompt_prefix import Cut, cut_before_space, encode_within, piece_cut
 from engine_worker.tokenizer_guard import held_if
 
 logger = logging.getLogger("dlfp.engine")
@@ -425,6 +425,16 @@ def _async_llm_class() -> Any:
     return GatewayAsyncLLM
 
 
+def prefix_cut(tokenizer: Any) -> Cut:
+    """Where a prompt's prefix may be cut (``prompt_prefix``): at the tokenizer's own
+    pieces where a fast tokenizer has a pre-tokenizer and no normalizer, else at spaces."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    pre = getattr(backend, "pre_tokenizer", None)
+    if pre is None or getattr(backend, "normalizer", None) is not None:
+        return cut_before_space
+    return piece_cut(pre.pre_tokenize_str)
+
+
 class VLLMEngine:
     """``AsyncLLM`` with the DLFP scheduler, behind the gateway's ``Engine`` protocol."""
 
@@ -433,6 +443,7 @@ class VLLMEngine:
         self.info = EngineInfo(spec.served_model_name, spec.max_model_len, spec.device)
         self._llm: Any = None
         self._tokenizer: Any = None
+        self._cut: Cut = cut_before_space
         # NOTE: HF fast tokenizers are not safe to call from several threads at once
         # (they may set truncation and padding state: "Already borrowed").
         self._tokenizer_lock = threading.Lock()
@@ -477,6 +488,7 @@ class VLLMEngine:
         if self.spec.device == "cpu":
             await self._guard_seeded_sampling(llm)
         self._tokenizer = llm.get_tokenizer()
+        self._cut = prefix_cut(self._tokenizer)
         self.info.max_token_bytes = await asyncio.to_thread(_max_token_bytes, self._tokenizer)
         await asyncio.to_thread(self._prepare_chat, llm)
         structured = llm.vllm_config.structured_outputs_config
@@ -708,7 +720,7 @@ class VLLMEngine:
                     tokenize=False,
                     **extra,
                 )
-                return encode_within(text, max_tokens, self._encode_rendered)
+                return encode_within(text, max_tokens, self._encode_rendered, self._cut)
         except PromptTooLongError:
             raise
         except (TemplateError, ValueError, TypeError, KeyError) as exc:
@@ -726,7 +738,7 @@ class VLLMEngine:
         self._require()
         try:
             with self._tokenizer_lock:
-                return encode_within(text, max_tokens, self._encode)
+                return encode_within(text, max_tokens, self._encode, self._cut)
         except PromptTooLongError:
             raise
         except (ValueError, TypeError) as exc:

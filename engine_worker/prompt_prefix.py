@@ -18,8 +18,13 @@ tokens, never more (a BOS or EOS the tokenizer adds, it adds to both). The slack
 leaves room for a tokenizer outside these families whose last piece of the prefix
 merges differently (an added token with a space in it, cut in two).
 
-Text with no such space (Chinese or Japanese prose) has no cut and is tokenized
-whole, as before.
+Text with no such space (Chinese or Japanese prose, or one long run of letters) has
+no such cut. Where the tokenizer's own pre-tokenizer is known and no normalizer
+rewrites the text first, ``piece_cut`` cuts it instead at the start of the last piece
+the pre-tokenizer finds in the prefix: every piece before it is one of the whole
+text's (the split is left to right, and only the last piece of a prefix can differ),
+so the same argument holds. Text the pre-tokenizer leaves in one piece is tokenized
+whole.
 """
 
 from __future__ import annotations
@@ -49,17 +54,39 @@ def cut_before_space(text: str, size: int) -> int:
     return 0 if found is None else size - found.start()
 
 
+Cut = Callable[[str, int], int]
+"""``cut(text, size)``: a prefix length of at most ``size`` whose tokens are the whole
+text's first tokens; 0 for none."""
+
+
+def piece_cut(pre_tokenize: Callable[[str], list[tuple[str, tuple[int, int]]]]) -> Cut:
+    """A cut at a space, or else at the start of the last piece the pre-tokenizer (the
+    Hugging Face ``pre_tokenize_str``: pieces with their character offsets) finds in the
+    prefix."""
+
+    def cut(text: str, size: int) -> int:
+        at_space = cut_before_space(text, size)
+        pieces = pre_tokenize(text[:size])
+        at_piece = pieces[-1][1][0] if len(pieces) >= 2 else 0
+        return max(at_space, at_piece)
+
+    return cut
+
+
 def encode_within(
-    text: str, max_tokens: int | None, encode: Callable[[str], list[int]]
+    text: str,
+    max_tokens: int | None,
+    encode: Callable[[str], list[int]],
+    cut: Cut = cut_before_space,
 ) -> list[int]:
     """``encode(text)``, unless a prefix already has more than ``max_tokens`` (+ slack)
     tokens: then PromptTooLongError, with the number of tokens the whole text has at least."""
     if max_tokens is not None:
         size = (max_tokens + SLACK_TOKENS) * CHARS_PER_TOKEN
         while size < len(text):
-            cut = cut_before_space(text, size)
-            if cut > 0:
-                num_at_least = len(encode(text[:cut])) - SLACK_TOKENS
+            cut_at = cut(text, size)
+            if cut_at > 0:
+                num_at_least = len(encode(text[:cut_at])) - SLACK_TOKENS
                 if num_at_least > max_tokens:
                     raise PromptTooLongError(num_at_least, max_tokens)
             size *= GROWTH

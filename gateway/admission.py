@@ -34,6 +34,7 @@ import itertools
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -68,6 +69,22 @@ class AdmissionLimits(BaseModel):
     so far plus its prediction exceeds ttft_slo_ms."""
     min_slo_samples: int = Field(default=4, ge=1)
     """Measured first tokens needed before the SLO check trusts its throughput."""
+    max_client_queue_share: float = Field(default=0.5, gt=0, le=1)
+    """Share of max_queue one client (its API key, or its address with no keys) may hold:
+    its requests in flight (streaming, queued, or being templated, tokenized or vetted)
+    are at most max_concurrent plus this share of max_queue."""
+    max_client_pre_admission: int = Field(default=1, ge=1, le=1000)
+    """A client's requests templated, tokenized or vetted at once; its others wait their
+    turn, holding their queue places, so its work cannot delay another client's long (the
+    tokenizer and the grammar vetter do one thing at a time: more gains a client nothing)."""
+    pre_admission_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    """Longest from arrival to the end of templating, tokenizing and grammar vetting;
+    past it the request is refused (429, pre_admission_timeout)."""
+
+    def max_client_requests(self) -> int:
+        return self.max_concurrent + max(
+            1, math.floor(self.max_client_queue_share * self.max_queue)
+        )
 
 
 class AdmissionRejected(Exception):
@@ -86,6 +103,9 @@ class ClientDisconnected(Exception):
 @dataclass(order=True)
 class _Waiter:
     priority: int
+    rank: int
+    """Its client's requests streaming or queued when it arrived: within a priority, a
+    client's first request goes before another client's fortieth (``client``)."""
     seq: int
     prefill_tokens: int = field(compare=False)
     future: asyncio.Future[None] = field(compare=False)
@@ -145,6 +165,8 @@ class Admission:
         self._seq = itertools.count()
         self._pending_prefill = 0
         self._num_reserved = 0
+        self._held: Counter[str] = Counter()
+        """Each client's requests streaming or queued."""
         self.ttft_estimate = TTFTEstimate(clock=clock)
         self.service_rate = ServiceRate()
         self.draining = False
@@ -232,8 +254,11 @@ class Admission:
         reservation: Reservation | None = None,
         num_slots: int = 1,
         measured: bool = True,
+        client: str = "",
     ) -> AsyncIterator[Ticket]:
-        """Hold ``num_slots`` stream slots for the body of the ``async with``."""
+        """Hold ``num_slots`` stream slots for the body of the ``async with``. Queued,
+        it waits behind higher priorities and, within its own, behind the requests of
+        clients that hold fewer than its ``client`` does."""
         arrival = self._clock()
         if reservation is not None:
             # Taken over here, in the same step that queues or admits the request.
@@ -243,9 +268,11 @@ class Admission:
         queued = bool(self._queue) or not self._fits(num_slots)
         if not queued:
             self._active += num_slots
+            self._held[client] += 1
         else:
             waiter = _Waiter(
                 priority,
+                self._held[client],
                 next(self._seq),
                 prefill_tokens,
                 asyncio.get_running_loop().create_future(),
@@ -253,7 +280,12 @@ class Admission:
                 arrival,
                 ttft_slo_s,
             )
-            await self._wait(waiter)
+            self._held[client] += 1
+            try:
+                await self._wait(waiter)
+            except BaseException:
+                self._release_client(client)
+                raise
         self._pending_prefill += prefill_tokens
         now = self._clock()
         ticket = Ticket(prefill_tokens, self._pending_prefill, now, now - arrival, self, measured)
@@ -263,8 +295,18 @@ class Admission:
             if not ticket._prefilled:
                 self._pending_prefill = max(0, self._pending_prefill - prefill_tokens)
             self._active -= num_slots
+            self._release_client(client)
             self.service_rate.released(num_slots, self._clock() - ticket.admitted_s, queued)
             self._wake()
+
+    def num_held(self, client: str) -> int:
+        """The client's requests streaming or queued."""
+        return self._held[client]
+
+    def _release_client(self, client: str) -> None:
+        self._held[client] -= 1
+        if self._held[client] <= 0:
+            del self._held[client]
 
     def _fits(self, num_slots: int) -> bool:
         return self._active == 0 or self._active + num_slots <= self.limits.max_concurrent

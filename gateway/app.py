@@ -14,8 +14,10 @@ from engine_worker.api import Engine
 from engine_worker.dlfp_config import DLFPConfig
 from gateway.admission import Admission
 from gateway.body_guard import JSONBodyGuardMiddleware
+from gateway.client_shares import ClientShares
 from gateway.engine_watch import EngineWatch, watch_engine
 from gateway.errors import install_error_handlers
+from gateway.loop_lag import watch_loop_lag
 from gateway.metrics import GatewayMetrics, build_metrics
 from gateway.middleware import (
     AccessMiddleware,
@@ -48,14 +50,16 @@ def create_app(
     """The gateway: starts ``engine`` in the background and stops it with the app.
     ``dlfp`` is the controller's settings at start, for the engine's device
     (``Settings.dlfp_config``)."""
+    admission = Admission(settings.admission_limits())
     state = GatewayState(
         settings=settings,
         engine=engine,
         metrics=metrics or build_metrics(),
         dlfp=dlfp,
-        admission=Admission(settings.admission_limits()),
+        admission=admission,
         watch=EngineWatch(settings.engine_stall_s),
         response_store=build_store(settings),
+        client_shares=ClientShares(lambda: admission.limits),
     )
     store, metrics = state.response_store, state.metrics
     metrics.response_store_entries.labels(store.backend).set_function(lambda: store.size()[0])
@@ -71,6 +75,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         starter = asyncio.create_task(_start_engine(state))
         poller = asyncio.create_task(poll_controller(state))
+        lag = asyncio.create_task(watch_loop_lag(state.metrics.loop_lag))
         watcher = asyncio.create_task(watch_engine(state.watch, on_hung))
         app.state.engine_starter = starter
         if state.dlfp.target_ms != "auto":  # else the poller reads the target in force
@@ -78,7 +83,7 @@ def create_app(
         try:
             yield
         finally:
-            for task in (watcher, poller, starter):
+            for task in (lag, watcher, poller, starter):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 from collections.abc import Collection, Iterable
@@ -55,3 +56,13 @@ def check_metrics_token(request: HTTPConnection, token: SecretStr | None) -> Non
             code="invalid_metrics_token",
             headers={"WWW-Authenticate": "Bearer"},
         )
+
+
+def client_id(request: HTTPConnection, keys: Collection[str]) -> str:
+    """Who a request is charged to: its API key (a digest, never the key) when keys are
+    configured, otherwise its peer address."""
+    token = bearer_token(request)
+    if keys and token is not None:
+        digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
+        return f"key:{digest[:16]}"
+    return f"addr:{request.client.host if request.client else '?'}"

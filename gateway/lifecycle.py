@@ -27,7 +27,9 @@ import asyncio
 import contextlib
 import json
 import threading
+import time
 import uuid
+from asyncio import FIRST_COMPLETED
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 
@@ -39,7 +41,7 @@ from pydantic import BaseModel
 from engine_worker.api import ChoiceDelta, EngineDeadError, InvalidRequestError, SamplingOptions
 from engine_worker.tokenizer_guard import held_if
 from gateway.admission import AdmissionRejected, ClientDisconnected, Reservation, Ticket
-from gateway.auth import bearer_token, key_matches
+from gateway.auth import bearer_token, client_id, key_matches
 from gateway.errors import APIError
 from gateway.measured_stream import MeasuredStream
 from gateway.openai_format import Formatter
@@ -79,17 +81,17 @@ class Lifecycle:
         given.check(engine)
         settings = gateway.settings
         given.check_limits(settings.max_tools, settings.max_schema_depth, settings.max_schema_bytes)
+        client = client_id(self.request, settings.api_key_set())
         reservation = gateway.admission.reserve()
         try:
-            given.check_size(engine)
-            prompt_ids = await asyncio.to_thread(given.prompt_ids, engine)
-            options = given.options(len(prompt_ids), engine, gateway.settings.max_tokens_limit)
-            if not given.body.stream:
-                self._check_reply_size(options)
-            await self._check_grammar(given, options)
+            admission = gateway.admission
+            held = admission.num_held(client)
+            with gateway.client_shares.place(client, held, admission.retry_after_s()):
+                given.check_size(engine)
+                prompt_ids, options = await self._prepare(given, client)
             stack = AsyncExitStack()
             ticket = await self._admit(
-                len(prompt_ids), priority, stack, reservation, options, meter
+                len(prompt_ids), priority, stack, reservation, options, meter, client
             )
         finally:
             reservation.release()
@@ -136,6 +138,48 @@ class Lifecycle:
                 param="max_tokens",
             )
 
+    async def _prepare(
+        self, given: EndpointInput, client: str
+    ) -> tuple[list[int], SamplingOptions]:
+        """The prompt's token ids and the sampling options, within the pre-admission
+        deadline (from arrival), unless the client leaves first.
+
+        NOTE: a worker thread cannot be stopped. When the client leaves or the deadline
+        passes, the request gives up its places at once, and its work runs on to its
+        end holding the client's pre-admission turn: the client cannot start more
+        work than its turns while that work still runs."""
+        limits = self.gateway.admission.limits
+        deadline_s = self.request.state.arrival_s + limits.pre_admission_timeout_s
+        work = asyncio.ensure_future(self._prepared(given, client))
+        left = asyncio.ensure_future(_until_disconnected(self.request))
+        try:
+            timeout_s = max(0.0, deadline_s - time.perf_counter())
+            await asyncio.wait({work, left}, timeout=timeout_s, return_when=FIRST_COMPLETED)
+        finally:
+            left.cancel()
+        if work.done():
+            return work.result()
+        work.add_done_callback(_discard_result)
+        if left.done() and not left.cancelled():
+            raise ClientDisconnected()
+        raise AdmissionRejected(
+            "pre_admission_timeout",
+            f"templating, tokenizing and vetting took over {limits.pre_admission_timeout_s} s",
+            self.gateway.admission.retry_after_s(),
+        )
+
+    async def _prepared(
+        self, given: EndpointInput, client: str
+    ) -> tuple[list[int], SamplingOptions]:
+        gateway, engine = self.gateway, self.gateway.engine
+        async with gateway.client_shares.worker(client):
+            prompt_ids = await asyncio.to_thread(given.prompt_ids, engine)
+            options = given.options(len(prompt_ids), engine, gateway.settings.max_tokens_limit)
+            if not given.body.stream:
+                self._check_reply_size(options)
+            await self._check_grammar(given, options)
+        return prompt_ids, options
+
     async def _check_grammar(self, given: EndpointInput, options: SamplingOptions) -> None:
         """Compile the grammar apart first: vLLM's compile has no time-out, on one worker."""
         check = self.gateway.engine.check_grammar
@@ -158,6 +202,7 @@ class Lifecycle:
         reservation: Reservation,
         options: SamplingOptions,
         meter: RequestMeter,
+        client: str,
     ) -> Ticket:
         """Wait for a slot, unless the client leaves first (then the slot is never taken).
 
@@ -172,6 +217,7 @@ class Lifecycle:
             reservation=reservation,
             num_slots=options.n,
             measured=not (structured or options.json_object),
+            client=client,
         )
         acquire = asyncio.ensure_future(stack.enter_async_context(slot))
         left = asyncio.ensure_future(_until_disconnected(self.request))
@@ -301,6 +347,12 @@ async def _events(
     finally:
         await stream.aclose()
     yield DONE
+
+
+def _discard_result(work: asyncio.Future[tuple[list[int], SamplingOptions]]) -> None:
+    """Work no request waits for any more: its outcome, an error included, is dropped."""
+    if not work.cancelled():
+        work.exception()
 
 
 async def _until_disconnected(request: Request) -> None:

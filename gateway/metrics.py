@@ -70,7 +70,16 @@ REQUEST_BUCKETS_S: tuple[float, ...] = (
 )
 
 OUTCOMES = ("ok", "client_error", "shed", "aborted", "client_stalled", "server_error")
-REJECTION_REASONS = ("concurrency", "queue_full", "queue_timeout", "slo", "draining")
+LOOP_LAG_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+REJECTION_REASONS = (
+    "concurrency",
+    "queue_full",
+    "queue_timeout",
+    "slo",
+    "draining",
+    "client_share",
+    "pre_admission_timeout",
+)
 CONTROLLER_PLANS: tuple[str, ...] = (*(str(plan) for plan in Plan), "none")
 """``plan`` label values of ``dlfp_controller_plan``; ``none``: mixed steps are not planned
 from the cost model."""
@@ -104,6 +113,7 @@ class GatewayMetrics:
     controller_deadline_misses: Counter
     response_store_entries: Gauge
     response_store_bytes: Gauge
+    loop_lag: Histogram
 
     def exposition(self, include_engine: bool = True) -> bytes:
         """Prometheus text: our metrics, then vLLM's (from the default registry)."""
@@ -241,6 +251,13 @@ def build_metrics(
             "dlfp_response_store_bytes",
             "Bytes of stored responses (JSON, with the conversation before each), by backend.",
             ["backend"],
+            registry=r,
+        ),
+        loop_lag=Histogram(
+            "dlfp_event_loop_lag_seconds",
+            "How much later than asked the event loop woke a task sleeping 20 ms: what every "
+            "request waits behind work that holds the loop.",
+            buckets=LOOP_LAG_BUCKETS_S,
             registry=r,
         ),
     )

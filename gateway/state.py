@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from engine_worker.api import Engine
 from engine_worker.dlfp_config import DLFPConfig
 from gateway.admission import Admission, AdmissionRejected
+from gateway.client_shares import ClientShares
 from gateway.engine_watch import EngineWatch
 from gateway.errors import engine_unavailable
 from gateway.metrics import GatewayMetrics
@@ -26,6 +27,8 @@ class GatewayState:
     watch: EngineWatch
     response_store: ResponseStore
     """What /v1/responses stores and reads back (``stored_responses``)."""
+    client_shares: ClientShares
+    """What each client holds before its requests stream (``client_shares``)."""
     keepalive_s: float = 10.0
     engine_error: str | None = None
     """Why the engine cannot serve (it failed to start, died or hung); None while it can."""

@@ -12,7 +12,9 @@ CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], 
 
 async def test_overflow_gets_429_with_retry_after() -> None:
     engine = FakeEngine(delay_s=0.02)
-    async with fake_client(engine, max_concurrent=2, max_queue=1, max_queue_wait_s=5) as (
+    # One client: its share of the queue made whole, so the queue itself overflows.
+    settings = {"max_client_queue_share": 1.0, "max_queue_wait_s": 5}
+    async with fake_client(engine, max_concurrent=2, max_queue=1, **settings) as (
         client,
         _,
         _,

@@ -20,6 +20,7 @@ from bench.abuse import SCENARIO_NAMES, check_loopback
 from bench.abuse_burst import StreamRecord, judge_burst
 from bench.abuse_scenarios import SCENARIOS
 from bench.cli import main
+from gateway.server import uvicorn_config
 from gateway.settings import Settings
 from tests.conftest import free_port
 from tests.fakes import FakeEngine
@@ -38,11 +39,10 @@ class SlowPromptFakeEngine(FakeEngine):
 @contextmanager
 def served(engine: FakeEngine, **settings: Any) -> Iterator[str]:
     """The app under uvicorn in a thread of its own, so the CLI can run its own loop."""
-    app = fake_app(Settings(_env_file=None, **settings), engine)  # type: ignore[call-arg]
     port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
-    )
+    config = Settings(_env_file=None, host="127.0.0.1", port=port, **settings)  # type: ignore[call-arg]
+    app = fake_app(config, engine)
+    server = uvicorn.Server(uvicorn_config(app, config))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     base_url = f"http://127.0.0.1:{port}"
@@ -62,6 +62,10 @@ def served(engine: FakeEngine, **settings: Any) -> Iterator[str]:
         thread.join(10)
 
 
+FIRST_SIX = SCENARIO_NAMES[:6]
+HOSTILE = SCENARIO_NAMES[6:]
+
+
 def _verdicts(table: str) -> dict[str, str]:
     rows = [line.split() for line in table.splitlines()]
     return {row[0]: row[1] for row in rows if len(row) > 1 and row[0] in SCENARIO_NAMES}
@@ -77,6 +81,7 @@ def test_every_scenario_passes_against_a_gateway_that_holds(
             [
                 "abuse",
                 f"--base-url={url}",
+                f"--scenarios={','.join(FIRST_SIX)}",
                 "--num-burst=40",
                 "--num-surrogate=10",
                 "--num-pre-admission=16",
@@ -89,10 +94,10 @@ def test_every_scenario_passes_against_a_gateway_that_holds(
     # speed (a refusal within 1 s) may fail on a slow or busy machine; every other must pass.
     failed = [line.split("FAILED: ", 1)[1] for line in out.splitlines() if "FAILED: " in line]
     assert all(f.startswith("P95 time to a refusal") for f in failed), out
-    expected = dict.fromkeys(SCENARIO_NAMES, "PASS") | ({"burst": "FAIL"} if failed else {})
+    expected = dict.fromkeys(FIRST_SIX, "PASS") | ({"burst": "FAIL"} if failed else {})
     assert _verdicts(out) == expected, out
     assert (code == 0) == (not failed)
-    assert all(f"abuse: {name}: start" in err for name in SCENARIO_NAMES)
+    assert all(f"abuse: {name}: start" in err for name in FIRST_SIX)
     written = json.loads(results.read_text())
     assert written["passed"] == (not failed)
     by_name = {s["scenario"]: s for s in written["scenarios"]}
@@ -101,9 +106,42 @@ def test_every_scenario_passes_against_a_gateway_that_holds(
     # its 4 slots (a clean-clone run saw all 40 served); the PASS above already holds
     # every request to a full stream or a 429 with Retry-After.
     assert set(by_name["burst"]["figures"]["by_status"]) <= {"200", "429"}
-    assert by_name["pre-admission"]["figures"]["by_code"].get("queue_full", 0) > 0
+    codes = by_name["pre-admission"]["figures"]["by_code"]
+    assert codes.get("queue_full", 0) + codes.get("client_share", 0) > 0
     # Freed within the write time-out plus 10 s: the scenario's own PASS above says so.
     assert by_name["stalled-readers"]["figures"]["seconds_to_free"] is not None
+
+
+def test_the_scenarios_of_one_client_against_the_others_run_and_judge(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Scaled down. Their time criteria (loop lag, /health, the other client's wait) are
+    for a measurement with nothing else running; here only the others must pass."""
+    results = tmp_path / "abuse.json"
+    with served(FakeEngine(max_model_len=300_000), header_timeout_s=0.5) as url:
+        main(
+            [
+                "abuse",
+                f"--base-url={url}",
+                f"--scenarios={','.join(HOSTILE)}",
+                "--num-list-bodies=2",
+                "--num-idle-sockets=20",
+                "--num-space-free=4",
+                "--num-schemas=4",
+                f"--results={results}",
+            ]
+        )
+    out = capsys.readouterr().out
+    failed = [line.split("FAILED: ", 1)[1] for line in out.splitlines() if "FAILED: " in line]
+    timed = ("event-loop lag", "/health within", "within 1 s", "served within")
+    assert all(f.startswith(timed) or " within " in f for f in failed), out
+    by_name = {s["scenario"]: s for s in json.loads(results.read_text())["scenarios"]}
+    assert set(by_name) == set(HOSTILE)
+    assert by_name["list-bodies"]["figures"]["by_status"] == {"400": 2}
+    assert by_name["list-bodies"]["figures"]["loop_lag_p99_ms_at_most"] is not None
+    assert by_name["idle-sockets"]["figures"]["closed"] == 20
+    for name in ("space-free-prompts", "distinct-schemas"):
+        assert by_name[name]["figures"]["other_client"]["status"] == "200", out
 
 
 def test_a_gateway_that_takes_a_deep_schema_fails_that_scenario(

@@ -193,7 +193,8 @@ def test_compose_gateway(name: str, compose: dict[str, Any], routes: set[str]) -
     port = int(env["DLFP_PORT"])
     assert [p.rsplit(":", 1)[1] for p in service["ports"]] == [str(port)]
     probe = " ".join(service["healthcheck"]["test"])
-    assert f"http://127.0.0.1:{port}/ready" in probe and "/ready" in routes
+    probe_port = int(env["DLFP_PROBE_PORT"])
+    assert f"http://127.0.0.1:{probe_port}/ready" in probe and "/ready" in routes
     assert _seconds(service["healthcheck"]["start_period"]) >= 60
 
     mounts = dict(volume.split(":")[:2] for volume in service["volumes"])
@@ -467,10 +468,11 @@ def test_k8s_deployment_probes_ports_and_drain(routes: set[str]) -> None:
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     env = {e["name"]: e.get("value") for e in container["env"]}
     _check_dlfp_env({k: v for k, v in env.items() if v is not None}, "deployment-gpu.yaml")
-    assert env["DLFP_HOST"] == "0.0.0.0" and list(ports.values()) == [int(env["DLFP_PORT"])]
+    assert env["DLFP_HOST"] == "0.0.0.0"
+    assert list(ports.values()) == [int(env["DLFP_PORT"]), int(env["DLFP_PROBE_PORT"])]
     for probe, path in (("readinessProbe", "/ready"), ("livenessProbe", "/health")):
         get = container[probe]["httpGet"]
-        assert get["path"] == path and path in routes and get["port"] in ports
+        assert get["path"] == path and path in routes and ports[get["port"]] == 8001
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
     (token,) = [e for e in container["env"] if e["name"] == "DLFP_ADMIN_TOKEN"]
     assert "value" not in token and token["valueFrom"]["secretKeyRef"]["name"]

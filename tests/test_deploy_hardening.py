@@ -316,8 +316,10 @@ def test_k8s_network_policy_admits_only_the_gateway_port(pod: dict[str, Any]) ->
     (container,) = pod["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     (rule,) = policy["spec"]["ingress"]
-    (admitted,) = rule["ports"]
+    admitted, probe = rule["ports"]
     assert admitted["protocol"] == "TCP" and admitted["port"] in ports
+    # The probe port answers /health and /ready only (gateway/connections.py).
+    assert probe == {"port": "probe", "protocol": "TCP"} and ports["probe"] == 8001
     # The Prometheus scrape goes to the same port.
     (monitor,) = _k8s_docs("ServiceMonitor")
     (service,) = _k8s_docs("Service")

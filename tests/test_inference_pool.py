@@ -146,16 +146,15 @@ def test_inference_pool_uses_the_ga_api_and_selects_the_gateway_pods() -> None:
     pod = deployment["spec"]["template"]
     assert pool["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
     (container,) = pod["spec"]["containers"]
-    assert [p["number"] for p in pool["spec"]["targetPorts"]] == [
-        p["containerPort"] for p in container["ports"]
-    ]
+    # The serving port; the probe port answers /health and /ready only.
+    serving = [p["containerPort"] for p in container["ports"] if p["name"] != "probe"]
+    assert [p["number"] for p in pool["spec"]["targetPorts"]] == serving
     # The gateway's NetworkPolicy admits that port: the proxy and the picker's scrape.
     policy = _one("NetworkPolicy", K8S)
     (rule,) = policy["spec"]["ingress"]
     named = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert {named.get(p["port"], p["port"]) for p in rule["ports"]} == {
-        p["number"] for p in pool["spec"]["targetPorts"]
-    }
+    admitted = {named.get(p["port"], p["port"]) for p in rule["ports"]}
+    assert admitted - {named["probe"]} == {p["number"] for p in pool["spec"]["targetPorts"]}
 
 
 def test_endpoint_picker_serves_the_pool() -> None:

@@ -1,0 +1,166 @@
+"""Pre-admission work is charged to its client and cancellable (quick tier, FAKE engine,
+its tokenizer held by a gate): shares, turns, the deadline, and a client that leaves."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+
+from gateway.admission import AdmissionLimits, AdmissionRejected
+from gateway.client_shares import ClientShares
+from tests.fakes import FakeEngine
+from tests.http_helpers import fake_app, served_in_thread
+from tests.loop_turns import until
+
+CHAT: Any = {"model": "fake-model", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]}
+
+
+def test_a_client_holds_at_most_the_concurrency_and_its_share_of_the_queue() -> None:
+    limits = AdmissionLimits(max_concurrent=2, max_queue=8, max_client_queue_share=0.25)
+    shares = ClientShares(lambda: limits)
+    assert limits.max_client_requests() == 2 + 2
+    with shares.place("a", 2, 1), shares.place("a", 2, 1):  # 2 admitted, 2 in pre-admission
+        try:
+            with shares.place("a", 2, 1):
+                raise AssertionError("a fifth request was let in")
+        except AdmissionRejected as exc:
+            assert exc.reason == "client_share"
+        with shares.place("b", 0, 1):
+            assert shares.num_places("b") == 1
+    assert shares.num_places("a") == 0
+
+
+async def test_a_client_works_on_at_most_its_turns_at_once() -> None:
+    shares = ClientShares(lambda: AdmissionLimits(max_client_pre_admission=2))
+    entered: list[str] = []
+    gate = asyncio.Event()
+
+    async def work(client: str) -> None:
+        async with shares.worker(client):
+            entered.append(client)
+            await gate.wait()
+
+    tasks = [asyncio.create_task(work(c)) for c in ("a", "a", "a", "b")]
+    await until(lambda: len(entered) == 3)
+    assert sorted(entered) == ["a", "a", "b"]  # a's third waits for a turn
+    gate.set()
+    await asyncio.gather(*tasks)
+    assert entered.count("a") == 3
+
+
+@asynccontextmanager
+async def clients(
+    engine: FakeEngine, **settings: Any
+) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient, FastAPI]]:
+    """Two clients of one app, from two addresses (no API keys: the address is the client)."""
+    from gateway.settings import Settings
+
+    app = fake_app(Settings(_env_file=None, **settings), engine)  # type: ignore[call-arg]
+    async with app.router.lifespan_context(app):
+        await app.state.engine_starter
+        made = [
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app, client=(address, 5000)),
+                base_url="http://testserver",
+            )
+            for address in ("10.0.0.1", "10.0.0.2")
+        ]
+        async with made[0] as one, made[1] as two:
+            yield one, two, app
+
+
+async def test_one_client_cannot_take_the_queue_from_another() -> None:
+    engine = FakeEngine()
+    engine.tokenize_gate = threading.Event()
+    settings = {"max_concurrent": 2, "max_queue": 4, "max_client_queue_share": 0.5}
+    async with clients(engine, **settings) as (hog, other, app):
+        # Up to the concurrency plus half the queue: 2 + 2 requests in flight.
+        held = [asyncio.create_task(hog.post("/v1/chat/completions", json=CHAT)) for _ in range(4)]
+        shares = app.state.gateway.client_shares
+        await until(lambda: shares.num_places("addr:10.0.0.1") == 4)
+        refused = await hog.post("/v1/chat/completions", json=CHAT)
+        assert refused.status_code == 429
+        assert refused.json()["error"]["code"] == "client_share"
+        assert engine.num_tokenized == 1  # one turn: the hog's others wait, doing nothing
+        served = asyncio.create_task(other.post("/v1/chat/completions", json=CHAT))
+        await until(lambda: engine.num_tokenized == 2)  # the other client's turn came at once
+        engine.tokenize_gate.set()
+        assert (await served).status_code == 200
+        assert [r.status_code for r in await asyncio.gather(*held)] == [200] * 4
+
+
+async def test_pre_admission_work_past_its_deadline_is_refused() -> None:
+    engine = FakeEngine()
+    engine.tokenize_gate = threading.Event()
+    async with clients(engine, pre_admission_timeout_s=0.2) as (one, _, app):
+        r = await one.post("/v1/chat/completions", json=CHAT)
+        assert r.status_code == 429, r.text
+        assert r.json()["error"]["code"] == "pre_admission_timeout"
+        assert app.state.gateway.admission.num_reserved == 0
+        engine.tokenize_gate.set()
+
+
+def _wait_for(done: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    """For a condition of a server in another thread: polled, failing only past a long
+    guard, never timing the behaviour."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, "not reached"
+        time.sleep(0.01)
+
+
+def test_a_client_that_leaves_frees_its_place_at_once() -> None:
+    from gateway.settings import Settings
+
+    engine = FakeEngine()
+    engine.tokenize_gate = threading.Event()
+    app = fake_app(Settings(_env_file=None), engine)  # type: ignore[call-arg]
+    with served_in_thread(app) as where:
+        host, port = where.split(":")
+        body = json.dumps(CHAT).encode()
+        head = (
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+        )
+        sock = socket.create_connection((host, int(port)))
+        sock.sendall(head.encode() + body)
+        state = app.state.gateway
+        _wait_for(lambda: state.admission.num_reserved == 1)
+        assert engine.tokenize_entered.wait(30)
+        sock.close()  # gone while its prompt is still in the tokenizer
+        _wait_for(lambda: state.admission.num_reserved == 0)
+        assert state.client_shares.num_places("addr:127.0.0.1") == 0
+        assert not engine.tokenize_gate.is_set()  # freed before its work ended
+        engine.tokenize_gate.set()
+
+
+async def test_a_clients_first_request_goes_before_anothers_queued_ones() -> None:
+    from gateway.admission import Admission
+
+    admission = Admission(AdmissionLimits(max_concurrent=1, max_queue=8, slo_check=False))
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def request(client: str) -> None:
+        async with admission.slot(10, client=client):
+            order.append(client)
+            await release.wait()
+
+    first = asyncio.create_task(request("a"))
+    await until(lambda: order == ["a"])
+    queued = [asyncio.create_task(request("a")) for _ in range(2)]
+    await until(lambda: admission.num_queued == 2)
+    late = asyncio.create_task(request("b"))  # arrives last, holds nothing
+    await until(lambda: admission.num_queued == 3)
+    release.set()
+    await asyncio.gather(first, *queued, late)
+    assert order == ["a", "b", "a", "a"]

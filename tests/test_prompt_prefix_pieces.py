@@ -1,0 +1,41 @@
+"""A prompt without spaces is refused after a bounded prefix, by the embedded model's own
+tokenizer and its pre-tokenizer's pieces (engine tier: it needs the converted model)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine_worker.api import PromptTooLongError
+from engine_worker.embedded_model import ensure_embedded_model
+from engine_worker.engine import prefix_cut
+from engine_worker.prompt_prefix import CHARS_PER_TOKEN, GROWTH, SLACK_TOKENS, encode_within
+
+pytestmark = pytest.mark.engine
+
+MAX_TOKENS = 4095
+
+
+def test_a_space_free_prompt_is_cut_at_the_tokenizers_pieces() -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(ensure_embedded_model())
+    encoded: list[int] = []
+
+    def encode(text: str) -> list[int]:
+        encoded.append(len(text))
+        return list(tokenizer.encode(text, add_special_tokens=False))
+
+    text = "東京、大阪。" * 60_000  # 360,000 characters, not one ASCII space
+    with pytest.raises(PromptTooLongError):
+        encode_within(text, MAX_TOKENS, encode, prefix_cut(tokenizer))
+    # Prefixes only, never the whole text: the work is bounded by the context.
+    first = (MAX_TOKENS + SLACK_TOKENS) * CHARS_PER_TOKEN
+    assert encoded and max(encoded) <= first * GROWTH
+    assert max(encoded) < len(text) // 4
+
+    # The prefix's tokens are the whole text's first tokens.
+    cut = prefix_cut(tokenizer)("東京、大阪。" * 10, 25)
+    assert 0 < cut <= 25
+    whole = tokenizer.encode("東京、大阪。" * 10, add_special_tokens=False)
+    prefix = tokenizer.encode(("東京、大阪。" * 10)[:cut], add_special_tokens=False)
+    assert whole[: len(prefix)] == prefix
