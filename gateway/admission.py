@@ -103,15 +103,13 @@ class ClientDisconnected(Exception):
 @dataclass(order=True)
 class _Waiter:
     priority: int
-    rank: int
-    """Its client's requests streaming or queued when it arrived: within a priority, a
-    client's first request goes before another client's fortieth (``client``)."""
     seq: int
     prefill_tokens: int = field(compare=False)
     future: asyncio.Future[None] = field(compare=False)
     num_slots: int = field(compare=False, default=1)
     arrival_s: float = field(compare=False, default=0.0)
     ttft_slo_s: float | None = field(compare=False, default=None)
+    client: str = field(compare=False, default="")
 
 
 @dataclass
@@ -167,6 +165,8 @@ class Admission:
         self._num_reserved = 0
         self._held: Counter[str] = Counter()
         """Each client's requests streaming or queued."""
+        self._streaming: Counter[str] = Counter()
+        """Each client's requests holding slots: what orders the queue between clients."""
         self.ttft_estimate = TTFTEstimate(clock=clock)
         self.service_rate = ServiceRate()
         self.draining = False
@@ -201,14 +201,26 @@ class Admission:
             return 1
         return max(1, min(120, math.ceil((self.num_queued + 1) / rate)))
 
-    def _ahead(self, priority: int, waiter: _Waiter | None = None) -> list[_Waiter]:
-        """Queued requests served before a new one of ``priority``, or before ``waiter``."""
-        if waiter is not None:
-            return [w for w in self._queue if w < waiter]
-        return [w for w in self._queue if w.priority <= priority]
+    def _order(self, waiter: _Waiter) -> tuple[int, int, int]:
+        """Who is served first: higher priority (lower number), then the client holding
+        fewer slots now, then the earlier arrival. So within a priority another client's
+        first request does not wait behind one client's fortieth, and a client's standing
+        rises as its streams end."""
+        return (waiter.priority, self._streaming[waiter.client], waiter.seq)
 
-    def _tokens_ahead(self, priority: int, waiter: _Waiter | None = None) -> int:
-        queued = sum(w.prefill_tokens for w in self._ahead(priority, waiter))
+    def _ahead(
+        self, priority: int, waiter: _Waiter | None = None, client: str = ""
+    ) -> list[_Waiter]:
+        """Queued requests served before a new one of ``priority`` from ``client`` (as
+        things stand now), or before ``waiter``."""
+        if waiter is not None:
+            order = self._order(waiter)
+            return [w for w in self._queue if self._order(w) < order]
+        new = (priority, self._streaming[client], math.inf)
+        return [w for w in self._queue if self._order(w) < new]
+
+    def _tokens_ahead(self, priority: int, waiter: _Waiter | None = None, client: str = "") -> int:
+        queued = sum(w.prefill_tokens for w in self._ahead(priority, waiter, client))
         return self._pending_prefill + queued
 
     def _slot_wait_s(self, num_slots: int, ahead: list[_Waiter]) -> float:
@@ -223,19 +235,24 @@ class Admission:
         return needed / rate if rate else 0.0
 
     def predicted_ttft_s(
-        self, prefill_tokens: int, priority: int, num_slots: int = 1, waiter: _Waiter | None = None
+        self,
+        prefill_tokens: int,
+        priority: int,
+        num_slots: int = 1,
+        waiter: _Waiter | None = None,
+        client: str = "",
     ) -> float | None:
         """The slot wait plus admission to first token; None until enough is measured.
         Once the samples have faded (``TTFTEstimate.is_fresh``), the slot wait alone."""
         estimate = self.ttft_estimate
         if estimate.num_samples < self.limits.min_slo_samples:
             return None
-        ahead = self._ahead(priority, waiter)
+        ahead = self._ahead(priority, waiter, client)
         wait_s = self._slot_wait_s(num_slots, ahead) if self.limits.slo_queue_check else 0.0
         if not estimate.is_fresh:
             return wait_s
         fixed_s, per_token_s = self.ttft_estimate.line()
-        prefill_ahead_s = per_token_s * self._tokens_ahead(priority, waiter)
+        prefill_ahead_s = per_token_s * self._tokens_ahead(priority, waiter, client)
         # NOTE: the prompts ahead are prefilled while this one waits for its slot, so its
         # first token waits for the later of the two, not their sum: adding them refused
         # half of a burst the gateway served within the objective.
@@ -257,28 +274,28 @@ class Admission:
         client: str = "",
     ) -> AsyncIterator[Ticket]:
         """Hold ``num_slots`` stream slots for the body of the ``async with``. Queued,
-        it waits behind higher priorities and, within its own, behind the requests of
-        clients that hold fewer than its ``client`` does."""
+        it waits in the order ``_order`` gives."""
         arrival = self._clock()
         if reservation is not None:
             # Taken over here, in the same step that queues or admits the request.
             reservation.release()
         num_slots = max(1, min(num_slots, self.limits.max_concurrent))
-        self._check_admissible(prefill_tokens, priority, ttft_slo_s, num_slots)
+        self._check_admissible(prefill_tokens, priority, ttft_slo_s, num_slots, client)
         queued = bool(self._queue) or not self._fits(num_slots)
         if not queued:
             self._active += num_slots
+            self._streaming[client] += 1
             self._held[client] += 1
         else:
             waiter = _Waiter(
                 priority,
-                self._held[client],
                 next(self._seq),
                 prefill_tokens,
                 asyncio.get_running_loop().create_future(),
                 num_slots,
                 arrival,
                 ttft_slo_s,
+                client,
             )
             self._held[client] += 1
             try:
@@ -295,6 +312,9 @@ class Admission:
             if not ticket._prefilled:
                 self._pending_prefill = max(0, self._pending_prefill - prefill_tokens)
             self._active -= num_slots
+            self._streaming[client] -= 1
+            if self._streaming[client] <= 0:
+                del self._streaming[client]
             self._release_client(client)
             self.service_rate.released(num_slots, self._clock() - ticket.admitted_s, queued)
             self._wake()
@@ -335,13 +355,18 @@ class Admission:
         )
 
     def _check_admissible(
-        self, prefill_tokens: int, priority: int, ttft_slo_s: float | None, num_slots: int
+        self,
+        prefill_tokens: int,
+        priority: int,
+        ttft_slo_s: float | None,
+        num_slots: int,
+        client: str = "",
     ) -> None:
         self.check_capacity()
         if not self.limits.slo_check or ttft_slo_s is None:
             return
         if self._tokens_ahead(priority) or not self._fits(num_slots) or self._queue:
-            predicted = self.predicted_ttft_s(prefill_tokens, priority, num_slots)
+            predicted = self.predicted_ttft_s(prefill_tokens, priority, num_slots, client=client)
             if predicted is not None and predicted > ttft_slo_s:
                 raise self._slo_refusal(predicted, ttft_slo_s)
 
@@ -420,16 +445,16 @@ class Admission:
             heapq.heapify(self._queue)
 
     def _wake(self) -> None:
-        """Reserve free slots for the best waiters, in priority then arrival order."""
+        """Reserve free slots for the best waiters, in ``_order``."""
+        self._queue = [w for w in self._queue if not w.future.done()]
+        heapq.heapify(self._queue)
         while self._queue:
-            waiter = self._queue[0]
-            if waiter.future.done():
-                heapq.heappop(self._queue)
-                continue
+            waiter = min(self._queue, key=self._order)
             if not self._fits(waiter.num_slots):
                 return
-            heapq.heappop(self._queue)
+            self._drop(waiter)
             self._active += waiter.num_slots
+            self._streaming[waiter.client] += 1
             waiter.future.set_result(None)
 
     def reject_all_queued(self) -> None:

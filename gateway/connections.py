@@ -49,6 +49,7 @@ class ProbeProtocol(asyncio.Protocol):
         self._buffer = b""
         self._transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._is_head = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -69,6 +70,7 @@ class ProbeProtocol(asyncio.Protocol):
 
     def _answer(self, request_line: bytes) -> None:
         method, _, rest = request_line.partition(b" ")
+        self._is_head = method == b"HEAD"
         path = rest.partition(b" ")[0].partition(b"?")[0]
         if method not in (b"GET", b"HEAD"):
             self._respond(405, {"status": "method not allowed"})
@@ -88,7 +90,7 @@ class ProbeProtocol(asyncio.Protocol):
             "content-type: application/json\r\n"
             f"content-length: {len(payload)}\r\nconnection: close\r\n\r\n"
         )
-        self._transport.write(head.encode() + payload)
+        self._transport.write(head.encode() + (b"" if self._is_head else payload))
         self._transport.close()
 
 

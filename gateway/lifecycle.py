@@ -157,9 +157,10 @@ class Lifecycle:
             await asyncio.wait({work, left}, timeout=timeout_s, return_when=FIRST_COMPLETED)
         finally:
             left.cancel()
+            if not work.done():  # given up here, or this handler cancelled
+                work.add_done_callback(_discard_result)
         if work.done():
             return work.result()
-        work.add_done_callback(_discard_result)
         if left.done() and not left.cancelled():
             raise ClientDisconnected()
         raise AdmissionRejected(

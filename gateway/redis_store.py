@@ -11,13 +11,20 @@ its response under a key of its own with the same time-to-live. Any Redis failur
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from gateway.response_store import StoreBounds, StoredResponse, StoreUnavailableError
+from gateway.response_store import (
+    StoreBounds,
+    StoredResponse,
+    StoreUnavailableError,
+    checked_size,
+)
 
 PREFIX = "dlfp:responses:"
+logger = logging.getLogger("dlfp.gateway")
 
 # KEYS: entry, index, sizes, total; ARGV: member, blob, ttl_ms, now_ms, max_entries,
 # max_bytes, entry key prefix. Returns the entries and bytes after eviction.
@@ -84,7 +91,8 @@ class RedisStore:
     async def put(self, owner: str, stored: StoredResponse) -> None:
         member = f"{owner}:{stored.id}"
         ttl_ms = max(1, int(self._bounds.ttl_s * 1000))
-        args: list[Any] = [member, stored.encode(), ttl_ms, int(self._clock() * 1000)]
+        blob = checked_size(stored.encode(), self._bounds)
+        args: list[Any] = [member, blob, ttl_ms, int(self._clock() * 1000)]
         args += [self._bounds.max_entries, self._bounds.max_bytes, f"{PREFIX}r:"]
         async with _unavailable_on_error():
             entries, num_bytes = await self._put(
@@ -134,4 +142,9 @@ async def _unavailable_on_error() -> AsyncIterator[None]:
     try:
         yield
     except (RedisError, OSError, TimeoutError) as exc:
-        raise StoreUnavailableError(f"the response store is unreachable: {exc}") from exc
+        # NOTE: the client gets a fixed message; Redis's own names its host and port.
+        logger.warning(
+            "response store unreachable",
+            extra={"event": "response_store_unreachable", "error": str(exc)},
+        )
+        raise StoreUnavailableError("the response store is unavailable") from exc

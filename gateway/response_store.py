@@ -22,6 +22,10 @@ class StoreUnavailableError(Exception):
     """The store cannot be reached (Redis down or too slow): a 503 for the call."""
 
 
+class EntryTooLargeError(Exception):
+    """One response, with the conversation before it, is over ``max_bytes``: not stored."""
+
+
 @dataclass(frozen=True)
 class StoreBounds:
     max_entries: int
@@ -53,6 +57,15 @@ class StoredResponse:
     def decode(cls, blob: bytes | str) -> StoredResponse:
         data = json.loads(blob)
         return cls(response=data["response"], input_items=data["input"])
+
+
+def checked_size(blob: bytes, bounds: StoreBounds) -> bytes:
+    if len(blob) > bounds.max_bytes:
+        raise EntryTooLargeError(
+            f"the response and its conversation are {len(blob)} bytes, over the store's "
+            f"{bounds.max_bytes} (DLFP_RESPONSE_STORE_MAX_BYTES)"
+        )
+    return blob
 
 
 class ResponseStore(Protocol):
@@ -95,9 +108,10 @@ class MemoryStore:
         self._num_bytes = 0
 
     async def put(self, owner: str, stored: StoredResponse) -> None:
+        blob = checked_size(stored.encode(), self._bounds)
         key = (owner, stored.id)
         self._drop(key)
-        entry = _Entry(self._clock() + self._bounds.ttl_s, stored.encode(), stored.item_ids())
+        entry = _Entry(self._clock() + self._bounds.ttl_s, blob, stored.item_ids())
         self._entries[key] = entry
         self._num_bytes += len(entry.blob)
         for item_id in entry.item_ids:

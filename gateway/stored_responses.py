@@ -19,6 +19,7 @@ from gateway.auth import bearer_token
 from gateway.errors import APIError
 from gateway.protocol import ResponsesRequest
 from gateway.response_store import (
+    EntryTooLargeError,
     MemoryStore,
     ResponseStore,
     StoreBounds,
@@ -119,7 +120,7 @@ class Keeper:
         stored = StoredResponse(response=response, input_items=self._conversation.all_items)
         try:
             await self._store.put(self._owner, stored)
-        except StoreUnavailableError as exc:
+        except (StoreUnavailableError, EntryTooLargeError) as exc:
             fields = {"response_id": stored.id, "error": str(exc)}
             logger.warning(
                 "response not stored", extra={"event": "response_store_failed", **fields}

@@ -44,12 +44,14 @@ async def fake_client(
 
 
 @contextmanager
-def served_in_thread(app: FastAPI) -> Iterator[str]:
-    """``app`` under uvicorn on a free loopback port, in a thread; yields host:port."""
+def served_in_thread(app: FastAPI, config: uvicorn.Config | None = None) -> Iterator[str]:
+    """``app`` under uvicorn in a thread, as ``config`` says (default: a free loopback
+    port); yields host:port."""
     from tests.conftest import free_port
 
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
+    if config is None:
+        port = free_port()
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -58,7 +60,7 @@ def served_in_thread(app: FastAPI) -> Iterator[str]:
         time.sleep(0.05)
     assert server.started
     try:
-        yield f"127.0.0.1:{port}"
+        yield f"{config.host}:{config.port}"
     finally:
         server.should_exit = True
         thread.join(10)

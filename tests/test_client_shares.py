@@ -146,21 +146,26 @@ def test_a_client_that_leaves_frees_its_place_at_once() -> None:
 async def test_a_clients_first_request_goes_before_anothers_queued_ones() -> None:
     from gateway.admission import Admission
 
-    admission = Admission(AdmissionLimits(max_concurrent=1, max_queue=8, slo_check=False))
+    admission = Admission(AdmissionLimits(max_concurrent=2, max_queue=8, slo_check=False))
     order: list[str] = []
-    release = asyncio.Event()
+    releases = {name: asyncio.Event() for name in ("a1", "a2", "a3", "a4", "b1")}
 
-    async def request(client: str) -> None:
-        async with admission.slot(10, client=client):
-            order.append(client)
-            await release.wait()
+    async def request(name: str) -> None:
+        async with admission.slot(10, client=name[0]):
+            order.append(name)
+            await releases[name].wait()
 
-    first = asyncio.create_task(request("a"))
-    await until(lambda: order == ["a"])
-    queued = [asyncio.create_task(request("a")) for _ in range(2)]
+    streaming = [asyncio.create_task(request(n)) for n in ("a1", "a2")]
+    await until(lambda: order == ["a1", "a2"])
+    queued = [asyncio.create_task(request(n)) for n in ("a3", "a4")]
     await until(lambda: admission.num_queued == 2)
-    late = asyncio.create_task(request("b"))  # arrives last, holds nothing
+    late = asyncio.create_task(request("b1"))  # arrives last, holds no slot
     await until(lambda: admission.num_queued == 3)
-    release.set()
-    await asyncio.gather(first, *queued, late)
-    assert order == ["a", "b", "a", "a"]
+    releases["a1"].set()
+    # a still streams one request, b none: b's goes first.
+    await until(lambda: len(order) == 3)
+    assert order[2] == "b1"
+    for event in releases.values():
+        event.set()
+    await asyncio.gather(*streaming, *queued, late)
+    assert order == ["a1", "a2", "b1", "a3", "a4"]

@@ -6,39 +6,25 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
-import uvicorn
 
 from gateway.connections import start_probe_listener
 from gateway.server import uvicorn_config
 from gateway.settings import Settings
 from tests.conftest import free_port
 from tests.fakes import FakeEngine
-from tests.http_helpers import fake_app, fake_client
+from tests.http_helpers import fake_app, fake_client, served_in_thread
 
 
 @contextmanager
 def served(settings: Settings) -> Iterator[str]:
     """The app on the FAKE engine under uvicorn as ``serve`` configures it; host:port."""
     app = fake_app(settings, FakeEngine())
-    config = uvicorn_config(app, settings)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    try:
-        yield f"{settings.host}:{settings.port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with served_in_thread(app, uvicorn_config(app, settings)) as where:
+        yield where
 
 
 def _settings(**extra: object) -> Settings:

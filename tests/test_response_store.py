@@ -147,3 +147,13 @@ async def test_ten_thousand_responses_stay_within_the_bounds(make_store: StoreFa
     assert entries <= bounds.max_entries and num_bytes <= bounds.max_bytes
     assert await store.get("k2", "r10499") is not None  # the newest stays
     assert await store.get("k0", "r0") is None
+
+
+async def test_one_response_over_the_byte_bound_is_refused(make_store: StoreFactory) -> None:
+    from gateway.response_store import EntryTooLargeError
+
+    store = make_store(StoreBounds(max_entries=10, max_bytes=2000, ttl_s=60.0))
+    await store.put("a", stored("kept"))
+    with pytest.raises(EntryTooLargeError):
+        await store.put("a", stored("big", pad=5000))
+    assert await store.get("a", "kept") is not None and store.size()[0] == 1
