@@ -29,7 +29,6 @@ An ``n``-choice request takes ``n`` slots (at most ``max_concurrent``): it strea
 from __future__ import annotations
 
 import asyncio
-import heapq
 import itertools
 import logging
 import math
@@ -37,7 +36,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -100,16 +99,16 @@ class ClientDisconnected(Exception):
     """The client went away before its request was admitted."""
 
 
-@dataclass(order=True)
+@dataclass(eq=False)
 class _Waiter:
     priority: int
     seq: int
-    prefill_tokens: int = field(compare=False)
-    future: asyncio.Future[None] = field(compare=False)
-    num_slots: int = field(compare=False, default=1)
-    arrival_s: float = field(compare=False, default=0.0)
-    ttft_slo_s: float | None = field(compare=False, default=None)
-    client: str = field(compare=False, default="")
+    prefill_tokens: int
+    future: asyncio.Future[None]
+    num_slots: int = 1
+    arrival_s: float = 0.0
+    ttft_slo_s: float | None = None
+    client: str = ""
 
 
 @dataclass
@@ -146,6 +145,13 @@ class Reservation:
         if self._held:
             self._held = False
             self._admission._num_reserved -= 1
+
+
+def _uncount(counts: Counter[str], client: str) -> None:
+    """One request of ``client`` fewer; a client with none is forgotten."""
+    counts[client] -= 1
+    if counts[client] <= 0:
+        del counts[client]
 
 
 def _granted(future: asyncio.Future[None]) -> bool:
@@ -301,7 +307,7 @@ class Admission:
             try:
                 await self._wait(waiter)
             except BaseException:
-                self._release_client(client)
+                _uncount(self._held, client)
                 raise
         self._pending_prefill += prefill_tokens
         now = self._clock()
@@ -312,21 +318,14 @@ class Admission:
             if not ticket._prefilled:
                 self._pending_prefill = max(0, self._pending_prefill - prefill_tokens)
             self._active -= num_slots
-            self._streaming[client] -= 1
-            if self._streaming[client] <= 0:
-                del self._streaming[client]
-            self._release_client(client)
+            _uncount(self._streaming, client)
+            _uncount(self._held, client)
             self.service_rate.released(num_slots, self._clock() - ticket.admitted_s, queued)
             self._wake()
 
     def num_held(self, client: str) -> int:
         """The client's requests streaming or queued."""
         return self._held[client]
-
-    def _release_client(self, client: str) -> None:
-        self._held[client] -= 1
-        if self._held[client] <= 0:
-            del self._held[client]
 
     def _fits(self, num_slots: int) -> bool:
         return self._active == 0 or self._active + num_slots <= self.limits.max_concurrent
@@ -407,7 +406,7 @@ class Admission:
     async def _wait(self, waiter: _Waiter) -> None:
         """Queue until ``_wake`` reserves our slots (it counts them in ``_active``), the
         SLO is lost, or ``max_queue_wait_s`` passes."""
-        heapq.heappush(self._queue, waiter)
+        self._queue.append(waiter)
         deadline = waiter.arrival_s + self.limits.max_queue_wait_s
         try:
             while True:
@@ -428,6 +427,7 @@ class Admission:
             # the meantime, hand that slot to the next waiter instead of leaking it.
             if _granted(waiter.future):
                 self._active -= waiter.num_slots
+                _uncount(self._streaming, waiter.client)
                 self._wake()
             else:
                 self._give_up(waiter)
@@ -442,12 +442,10 @@ class Admission:
     def _drop(self, waiter: _Waiter) -> None:
         if waiter in self._queue:
             self._queue.remove(waiter)
-            heapq.heapify(self._queue)
 
     def _wake(self) -> None:
         """Reserve free slots for the best waiters, in ``_order``."""
         self._queue = [w for w in self._queue if not w.future.done()]
-        heapq.heapify(self._queue)
         while self._queue:
             waiter = min(self._queue, key=self._order)
             if not self._fits(waiter.num_slots):
@@ -460,8 +458,8 @@ class Admission:
     def reject_all_queued(self) -> None:
         """Draining: refuse new requests and every queued one at once."""
         self.draining = True
-        while self._queue:
-            waiter = heapq.heappop(self._queue)
+        queued, self._queue = self._queue, []
+        for waiter in queued:
             if not waiter.future.done():
                 waiter.future.set_exception(
                     AdmissionRejected("draining", "the gateway is shutting down", 5)

@@ -4,6 +4,7 @@ its tokenizer held by a gate): shares, turns, the deadline, and a client that le
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import threading
@@ -169,3 +170,26 @@ async def test_a_clients_first_request_goes_before_anothers_queued_ones() -> Non
         event.set()
     await asyncio.gather(*streaming, *queued, late)
     assert order == ["a1", "a2", "b1", "a3", "a4"]
+
+
+async def test_a_waiter_cancelled_after_its_grant_leaves_no_count_behind() -> None:
+    from gateway.admission import Admission
+
+    admission = Admission(AdmissionLimits(max_concurrent=1, max_queue=8, slo_check=False))
+    release = asyncio.Event()
+
+    async def request(client: str) -> None:
+        async with admission.slot(10, client=client):
+            await release.wait()
+
+    first = asyncio.create_task(request("a"))
+    await until(lambda: admission.num_active == 1)
+    queued = asyncio.create_task(request("b"))
+    await until(lambda: admission.num_queued == 1)
+    release.set()
+    await first  # its release grants b's slot ...
+    queued.cancel()  # ... and b leaves before it runs again
+    with contextlib.suppress(asyncio.CancelledError):
+        await queued
+    assert admission.num_active == 0
+    assert admission.num_held("b") == 0 and admission._streaming["b"] == 0
