@@ -58,11 +58,15 @@ def check_metrics_token(request: HTTPConnection, token: SecretStr | None) -> Non
         )
 
 
+def key_digest(token: str) -> str:
+    """What stands for an API key wherever it is kept or counted: never the key itself."""
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
 def client_id(request: HTTPConnection, keys: Collection[str]) -> str:
-    """Who a request is charged to: its API key (a digest, never the key) when keys are
-    configured, otherwise its peer address."""
+    """Who a request is charged to: its API key when keys are configured, otherwise its
+    peer address."""
     token = bearer_token(request)
     if keys and token is not None:
-        digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
-        return f"key:{digest[:16]}"
+        return f"key:{key_digest(token)}"
     return f"addr:{request.client.host if request.client else '?'}"

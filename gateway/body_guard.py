@@ -19,6 +19,7 @@ import re
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import APIError
+from gateway.middleware import route_path
 from gateway.protocol import text_checked
 
 _NOT_PLAIN_UTF8 = re.compile(rb"\xed[\xa0-\xbf]|\x00|^\xef\xbb\xbf")
@@ -59,10 +60,8 @@ class JSONBodyGuardMiddleware:
         self.max_values = max_values
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("method") != "POST":
-            await self.app(scope, receive, send)
-            return
-        if not str(scope.get("path", "")).startswith("/v1/"):
+        is_v1_post = scope["type"] == "http" and scope.get("method") == "POST"
+        if not is_v1_post or not route_path(scope).startswith("/v1/"):
             await self.app(scope, receive, send)
             return
         chunks: list[bytes] = []

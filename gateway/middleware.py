@@ -108,14 +108,14 @@ class AccessMiddleware:
         await self.app(scope, receive, send)
 
     def _check(self, scope: Scope) -> None:
-        path = _route_path(scope)
+        path = route_path(scope)
         if any(path == root or path.startswith(root + "/") for root in self.keyed):
             check_api_key(HTTPConnection(scope), self.api_keys)
         elif path == "/metrics":
             check_metrics_token(HTTPConnection(scope), self.metrics_token)
 
 
-def _route_path(scope: Scope) -> str:
+def route_path(scope: Scope) -> str:
     """The path the router matches: without the ``root_path`` a proxy mounts it under."""
     path: str = scope.get("path", "")
     root: str = scope.get("root_path", "")

@@ -8,14 +8,13 @@ what the routes and the Responses formatter call.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import HTTPConnection
 
-from gateway.auth import bearer_token
+from gateway.auth import bearer_token, key_digest
 from gateway.errors import APIError
 from gateway.protocol import ResponsesRequest
 from gateway.response_store import (
@@ -53,7 +52,7 @@ def owner_of(request: HTTPConnection, settings: Settings) -> str:
     token = bearer_token(request)
     if not settings.api_key_set() or token is None:
         return OPEN_OWNER
-    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return key_digest(token)
 
 
 @dataclass(frozen=True)

@@ -70,3 +70,26 @@ async def test_a_walked_body_checks_its_strings_only(text_checks: list[str]) -> 
         assert r.json()["error"]["param"] == "user"
         # The strings and keys of the body, not its fifty thousand numbers.
         assert len(text_checks) < 20
+
+
+async def test_the_guard_applies_under_a_proxys_root_path() -> None:
+    from gateway.body_guard import JSONBodyGuardMiddleware
+
+    reached: list[bool] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(True)
+
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        body = json.dumps(CHAT | {"metadata": [0] * 200_000}).encode()
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    path, root = "/gw/v1/chat/completions", "/gw"
+    scope = {"type": "http", "method": "POST", "path": path, "root_path": root, "headers": []}
+    await JSONBodyGuardMiddleware(app, max_values=131_072)(scope, receive, send)
+    assert reached == [] and sent[0]["status"] == 400
