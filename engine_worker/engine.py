@@ -43,7 +43,15 @@ from engine_worker.cpu_features import (
 )
 from engine_worker.dlfp_config import Device, DLFPConfig
 from engine_worker.grammar_check import GrammarVetter
-from engine_worker.prompt_prefix import Cut, cut_before_space, encode_within, piece_cut
+from engine_worker.prompt_prefix import (
+    Bound,
+    Cut,
+    class_bound,
+    cut_before_space,
+    encode_within,
+    no_bound,
+    piece_cut,
+)
 from engine_worker.tokenizer_guard import held_if
 
 logger = logging.getLogger("dlfp.engine")
@@ -435,6 +443,34 @@ def prefix_cut(tokenizer: Any) -> Cut:
     return piece_cut(pre.pre_tokenize_str)
 
 
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's map from bytes to printable characters, inverted: the character a
+    byte-level BPE vocabulary writes for each byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    others = [b for b in range(256) if b not in printable]
+    chars = {chr(b): b for b in printable}
+    chars |= {chr(256 + i): b for i, b in enumerate(others)}
+    return chars
+
+
+def token_bound(tokenizer: Any) -> Bound:
+    """``prompt_prefix.class_bound`` for a byte-level BPE tokenizer with no normalizer,
+    whose tokens are runs of the text's own bytes; no bound for any other."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or backend.normalizer is not None:
+        return no_bound
+    if "ByteLevel" not in str(backend.pre_tokenizer) or type(backend.model).__name__ != "BPE":
+        return no_bound
+    alphabet = _byte_level_alphabet()
+
+    def token_bytes(token: str) -> bytes:
+        if all(c in alphabet for c in token):
+            return bytes(alphabet[c] for c in token)
+        return token.encode("utf-8", "replace")  # an added token, written as text
+
+    return class_bound(token_bytes(t) for t in backend.get_vocab(with_added_tokens=True))
+
+
 class VLLMEngine:
     """``AsyncLLM`` with the DLFP scheduler, behind the gateway's ``Engine`` protocol."""
 
@@ -444,6 +480,7 @@ class VLLMEngine:
         self._llm: Any = None
         self._tokenizer: Any = None
         self._cut: Cut = cut_before_space
+        self._bound: Bound = no_bound
         # NOTE: HF fast tokenizers are not safe to call from several threads at once
         # (they may set truncation and padding state: "Already borrowed").
         self._tokenizer_lock = threading.Lock()
@@ -489,6 +526,7 @@ class VLLMEngine:
             await self._guard_seeded_sampling(llm)
         self._tokenizer = llm.get_tokenizer()
         self._cut = prefix_cut(self._tokenizer)
+        self._bound = token_bound(self._tokenizer)
         self.info.max_token_bytes = await asyncio.to_thread(_max_token_bytes, self._tokenizer)
         await asyncio.to_thread(self._prepare_chat, llm)
         structured = llm.vllm_config.structured_outputs_config
@@ -720,7 +758,9 @@ class VLLMEngine:
                     tokenize=False,
                     **extra,
                 )
-                return encode_within(text, max_tokens, self._encode_rendered, self._cut)
+                return encode_within(
+                    text, max_tokens, self._encode_rendered, self._cut, self._bound
+                )
         except PromptTooLongError:
             raise
         except (TemplateError, ValueError, TypeError, KeyError) as exc:
@@ -738,7 +778,7 @@ class VLLMEngine:
         self._require()
         try:
             with self._tokenizer_lock:
-                return encode_within(text, max_tokens, self._encode, self._cut)
+                return encode_within(text, max_tokens, self._encode, self._cut, self._bound)
         except PromptTooLongError:
             raise
         except (ValueError, TypeError) as exc:

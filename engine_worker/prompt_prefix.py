@@ -23,14 +23,21 @@ no such cut. Where the tokenizer's own pre-tokenizer is known and no normalizer
 rewrites the text first, ``piece_cut`` cuts it instead at the start of the last piece
 the pre-tokenizer finds in the prefix: every piece before it is one of the whole
 text's (the split is left to right, and only the last piece of a prefix can differ),
-so the same argument holds. Text the pre-tokenizer leaves in one piece is tokenized
-whole.
+so the same argument holds.
+
+Text the pre-tokenizer leaves in one piece (a run of letters or of CJK characters) has
+no cut at all; for it ``class_bound`` gives a lower bound on the tokens without
+tokenizing: where every token is a run of the text's own bytes (byte-level BPE, no
+normalizer), a text with ``n`` bytes of a class (letters, digits, non-ASCII) has at least
+``n / m`` tokens, ``m`` being the most bytes of that class any token of the vocabulary
+holds. ``encode_within`` refuses a text that bound proves too long before any prefix.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import string
+from collections.abc import Callable, Iterable
 
 from engine_worker.api import PromptTooLongError
 
@@ -59,6 +66,41 @@ Cut = Callable[[str, int], int]
 text's first tokens; 0 for none."""
 
 
+Bound = Callable[[str], int]
+"""``bound(text)``: a number of tokens the text has at least."""
+
+BYTE_CLASSES = (
+    string.ascii_letters.encode(),
+    string.digits.encode(),
+    bytes(range(0x80, 0x100)),
+)
+"""Byte classes counted by ``class_bound``: their tokens are short in every vocabulary,
+unlike runs of spaces or punctuation (a token of 80 ``#``)."""
+
+
+def no_bound(text: str) -> int:
+    return 0
+
+
+def _num_in(data: bytes, byte_class: bytes) -> int:
+    return len(data) - len(data.translate(None, byte_class))
+
+
+def class_bound(tokens: Iterable[bytes]) -> Bound:
+    """The lower bound above, from the bytes of every token of the vocabulary; sound only
+    for a tokenizer whose tokens are runs of the text's own bytes."""
+    most = [1] * len(BYTE_CLASSES)
+    for token in tokens:
+        for i, byte_class in enumerate(BYTE_CLASSES):
+            most[i] = max(most[i], _num_in(token, byte_class))
+
+    def bound(text: str) -> int:
+        data = text.encode("utf-8", "replace")
+        return max(-(-_num_in(data, c) // m) for c, m in zip(BYTE_CLASSES, most, strict=True))
+
+    return bound
+
+
 def piece_cut(pre_tokenize: Callable[[str], list[tuple[str, tuple[int, int]]]]) -> Cut:
     """A cut at a space, or else at the start of the last piece the pre-tokenizer (the
     Hugging Face ``pre_tokenize_str``: pieces with their character offsets) finds in the
@@ -66,6 +108,8 @@ def piece_cut(pre_tokenize: Callable[[str], list[tuple[str, tuple[int, int]]]]) 
 
     def cut(text: str, size: int) -> int:
         at_space = cut_before_space(text, size)
+        if at_space >= size // 2:
+            return at_space  # long enough: spare the pre-tokenizer, which holds the GIL
         pieces = pre_tokenize(text[:size])
         at_piece = pieces[-1][1][0] if len(pieces) >= 2 else 0
         return max(at_space, at_piece)
@@ -78,10 +122,15 @@ def encode_within(
     max_tokens: int | None,
     encode: Callable[[str], list[int]],
     cut: Cut = cut_before_space,
+    bound: Bound = no_bound,
 ) -> list[int]:
-    """``encode(text)``, unless a prefix already has more than ``max_tokens`` (+ slack)
-    tokens: then PromptTooLongError, with the number of tokens the whole text has at least."""
+    """``encode(text)``, unless ``bound`` or a prefix already proves more than
+    ``max_tokens`` (+ slack, for a prefix) tokens: then PromptTooLongError, with the
+    number of tokens the whole text has at least."""
     if max_tokens is not None:
+        num_at_least = bound(text)
+        if num_at_least > max_tokens:
+            raise PromptTooLongError(num_at_least, max_tokens)
         size = (max_tokens + SLACK_TOKENS) * CHARS_PER_TOKEN
         while size < len(text):
             cut_at = cut(text, size)

@@ -135,16 +135,20 @@ class Ticket:
 @dataclass
 class Reservation:
     """A request between the cheap checks and ``slot()``: templated and tokenized, but
-    neither streaming nor queued yet. It counts against the queue's room until
-    ``slot()`` takes it over or it is released."""
+    neither streaming nor queued yet. It counts against the queue's room, and against
+    its client's requests in flight, until ``slot()`` takes it over (in the same step
+    that counts it as queued or streaming, so there is no moment it is counted nowhere)
+    or it is released."""
 
     _admission: Admission
+    client: str = ""
     _held: bool = True
 
     def release(self) -> None:
         if self._held:
             self._held = False
             self._admission._num_reserved -= 1
+            _uncount(self._admission._reserved, self.client)
 
 
 def _uncount(counts: Counter[str], client: str) -> None:
@@ -169,6 +173,8 @@ class Admission:
         self._seq = itertools.count()
         self._pending_prefill = 0
         self._num_reserved = 0
+        self._reserved: Counter[str] = Counter()
+        """Each client's requests in ``reserve()``'s hands."""
         self._held: Counter[str] = Counter()
         """Each client's requests streaming or queued."""
         self._streaming: Counter[str] = Counter()
@@ -190,15 +196,26 @@ class Admission:
         """Requests past the cheap checks, still being templated or tokenized."""
         return self._num_reserved
 
-    def reserve(self) -> Reservation:
-        """The cheap refusals, then a place held until ``slot(reservation=...)``.
+    def reserve(self, client: str = "") -> Reservation:
+        """The cheap refusals, then a place held until ``slot(reservation=...)``. A client
+        (``auth.client_id``) has at most ``max_client_requests`` reserved, queued or
+        streaming; past it, 429 ``client_share``.
 
         NOTE: without it every request of a burst passes ``check_capacity`` (none is
         queued until it reaches ``slot()``) and is tokenized before ``queue_full`` fires.
         """
         self.check_capacity()
+        limit = self.limits.max_client_requests()
+        if self._reserved[client] + self._held[client] >= limit:
+            raise AdmissionRejected(
+                "client_share",
+                f"this client already has {limit} requests in flight "
+                "(DLFP_MAX_CONCURRENT and DLFP_MAX_CLIENT_QUEUE_SHARE of the queue)",
+                self.retry_after_s(),
+            )
         self._num_reserved += 1
-        return Reservation(self)
+        self._reserved[client] += 1
+        return Reservation(self, client)
 
     def retry_after_s(self) -> int:
         """Seconds until the queue ahead has likely drained, from the observed service rate."""
@@ -326,6 +343,10 @@ class Admission:
     def num_held(self, client: str) -> int:
         """The client's requests streaming or queued."""
         return self._held[client]
+
+    def num_reserved_by(self, client: str) -> int:
+        """The client's requests between ``reserve()`` and ``slot()``."""
+        return self._reserved[client]
 
     def _fits(self, num_slots: int) -> bool:
         return self._active == 0 or self._active + num_slots <= self.limits.max_concurrent

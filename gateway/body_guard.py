@@ -22,15 +22,17 @@ from gateway.errors import APIError
 from gateway.middleware import route_path
 from gateway.protocol import text_checked
 
-_NOT_PLAIN_UTF8 = re.compile(rb"\xed[\xa0-\xbf]|\x00|^\xef\xbb\xbf")
-"""A surrogate encoded in (CESU) UTF-8, or a body that may be UTF-16 or UTF-32 (a NUL
-byte) or starts with a byte-order mark."""
+_CESU_SURROGATE = re.compile(rb"\xed[\xa0-\xbf]")
+"""A surrogate encoded in (CESU) UTF-8. A pattern with a literal first byte, which
+``re`` scans for quickly; an alternation here cost 8 ms per MiB of body."""
+_BYTE_ORDER_MARK = b"\xef\xbb\xbf"
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-_LONE_SURROGATE_ESCAPE = re.compile(
-    rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
-    rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F]"
-)
-"""A high surrogate escape not followed by a low one, or a low one not after a high one."""
+_LONE_HIGH_ESCAPE = re.compile(rb"\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f])")
+"""In the lowered body: a high surrogate escape not followed by a low one."""
+_LONE_LOW_ESCAPE_REVERSED = re.compile(rb"du\\(?<=[c-f]du\\)(?![0-9a-f]{2}[89ab]du\\)")
+"""In the lowered body reversed: a low surrogate escape not after a high one. Both
+patterns begin with a literal, which ``re`` scans for quickly (a lookbehind at every
+escape cost 27 ms on a MiB of escaped emoji; these cost 10 ms)."""
 
 
 def num_values_at_most(body: bytes) -> int:
@@ -43,11 +45,16 @@ def may_hold_surrogate(body: bytes) -> bool:
     """False only if no string of the parsed body can hold a lone surrogate. Escaped pairs
     (an emoji, as ``ensure_ascii`` encoders write it) are fine; an escaped backslash could
     make text look like a pair, so with one the walk decides."""
-    if _NOT_PLAIN_UTF8.search(body):
-        return True
+    if b"\x00" in body or body.startswith(_BYTE_ORDER_MARK) or _CESU_SURROGATE.search(body):
+        return True  # a surrogate in UTF-8, or a body that may be UTF-16 or UTF-32
     if not _SURROGATE_ESCAPE.search(body):
         return False
-    return b"\\\\" in body or _LONE_SURROGATE_ESCAPE.search(body) is not None
+    if b"\\\\" in body:
+        return True
+    lowered = body.lower()
+    return bool(
+        _LONE_HIGH_ESCAPE.search(lowered) or _LONE_LOW_ESCAPE_REVERSED.search(lowered[::-1])
+    )
 
 
 class JSONBodyGuardMiddleware:

@@ -82,13 +82,10 @@ class Lifecycle:
         settings = gateway.settings
         given.check_limits(settings.max_tools, settings.max_schema_depth, settings.max_schema_bytes)
         client = client_id(self.request, settings.api_key_set())
-        reservation = gateway.admission.reserve()
+        reservation = gateway.admission.reserve(client)
         try:
-            admission = gateway.admission
-            held = admission.num_held(client)
-            with gateway.client_shares.place(client, held, admission.retry_after_s()):
-                given.check_size(engine)
-                prompt_ids, options = await self._prepare(given, client)
+            given.check_size(engine)
+            prompt_ids, options = await self._prepare(given, client)
             stack = AsyncExitStack()
             ticket = await self._admit(
                 len(prompt_ids), priority, stack, reservation, options, meter, client

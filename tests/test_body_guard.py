@@ -4,6 +4,7 @@ engine): counted work, not clock time."""
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,6 +41,30 @@ def test_the_raw_checks() -> None:
     assert may_hold_surrogate(b'{"a": "\\\\ud800\\udc00"}')
     assert may_hold_surrogate(b'{"a": "\\ud800"}')
     assert may_hold_surrogate('{"a": "x"}'.encode("utf-16"))
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def test_the_raw_surrogate_check_agrees_with_the_parsed_text() -> None:
+    """On escapes in any case and order, the raw check says a lone surrogate may be there
+    exactly when the parsed string holds one."""
+    pieces = ["a", "\\ud83c", "\\udf27", "\\uD83C", "\\uDF27", "\\udbff", "\\udc00", "\\u0041"]
+    pieces += ["\\ud7ff", "\\ue000", "é", '\\"', "\\uDbFf"]
+    rng = random.Random(20261204)
+    num_lone = 0
+    for _ in range(5000):
+        raw = "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 9)))
+        body = f'{{"a": "{raw}"}}'.encode()
+        lone = _has_lone_surrogate(json.loads(body)["a"])
+        num_lone += lone
+        assert may_hold_surrogate(body) == lone, raw
+    assert 0 < num_lone < 5000
 
 
 async def test_a_body_of_too_many_values_is_refused_before_it_is_parsed(

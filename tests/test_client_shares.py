@@ -14,9 +14,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+import pytest
 from fastapi import FastAPI
 
-from gateway.admission import AdmissionLimits, AdmissionRejected
+from gateway.admission import AdmissionLimits, AdmissionRejected, Reservation
 from gateway.client_shares import ClientShares
 from tests.fakes import FakeEngine
 from tests.http_helpers import fake_app, served_in_thread
@@ -25,19 +26,37 @@ from tests.loop_turns import until
 CHAT: Any = {"model": "fake-model", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]}
 
 
-def test_a_client_holds_at_most_the_concurrency_and_its_share_of_the_queue() -> None:
+async def test_a_client_holds_at_most_the_concurrency_and_its_share_of_the_queue() -> None:
+    from gateway.admission import Admission
+
     limits = AdmissionLimits(max_concurrent=2, max_queue=8, max_client_queue_share=0.25)
-    shares = ClientShares(lambda: limits)
+    admission = Admission(limits)
     assert limits.max_client_requests() == 2 + 2
-    with shares.place("a", 2, 1), shares.place("a", 2, 1):  # 2 admitted, 2 in pre-admission
-        try:
-            with shares.place("a", 2, 1):
-                raise AssertionError("a fifth request was let in")
-        except AdmissionRejected as exc:
-            assert exc.reason == "client_share"
-        with shares.place("b", 0, 1):
-            assert shares.num_places("b") == 1
-    assert shares.num_places("a") == 0
+    reservations = [admission.reserve("a") for _ in range(4)]
+    with pytest.raises(AdmissionRejected) as refused:
+        admission.reserve("a")
+    assert refused.value.reason == "client_share"
+    admission.reserve("b").release()  # another client is not charged for a's
+
+    # A reservation handed to slot() is counted until the slot counts it: no moment
+    # between the two lets a fifth request in.
+    release = asyncio.Event()
+
+    async def stream(reservation: Reservation) -> None:
+        async with admission.slot(10, reservation=reservation, client="a"):
+            await release.wait()
+
+    tasks = [asyncio.ensure_future(stream(r)) for r in reservations]
+    with pytest.raises(AdmissionRejected):  # the tasks have not run yet
+        admission.reserve("a")
+    await until(lambda: admission.num_held("a") == 4)
+    assert admission.num_reserved_by("a") == 0
+    with pytest.raises(AdmissionRejected):
+        admission.reserve("a")
+    release.set()
+    await asyncio.gather(*tasks)
+    assert admission.num_held("a") == 0
+    admission.reserve("a").release()
 
 
 async def test_a_client_works_on_at_most_its_turns_at_once() -> None:
@@ -86,8 +105,8 @@ async def test_one_client_cannot_take_the_queue_from_another() -> None:
     async with clients(engine, **settings) as (hog, other, app):
         # Up to the concurrency plus half the queue: 2 + 2 requests in flight.
         held = [asyncio.create_task(hog.post("/v1/chat/completions", json=CHAT)) for _ in range(4)]
-        shares = app.state.gateway.client_shares
-        await until(lambda: shares.num_places("addr:10.0.0.1") == 4)
+        admission = app.state.gateway.admission
+        await until(lambda: admission.num_reserved_by("addr:10.0.0.1") == 4)
         refused = await hog.post("/v1/chat/completions", json=CHAT)
         assert refused.status_code == 429
         assert refused.json()["error"]["code"] == "client_share"
@@ -139,7 +158,7 @@ def test_a_client_that_leaves_frees_its_place_at_once() -> None:
         assert engine.tokenize_entered.wait(30)
         sock.close()  # gone while its prompt is still in the tokenizer
         _wait_for(lambda: state.admission.num_reserved == 0)
-        assert state.client_shares.num_places("addr:127.0.0.1") == 0
+        assert state.admission.num_reserved_by("addr:127.0.0.1") == 0
         assert not engine.tokenize_gate.is_set()  # freed before its work ended
         engine.tokenize_gate.set()
 

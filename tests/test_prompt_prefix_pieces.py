@@ -7,7 +7,7 @@ import pytest
 
 from engine_worker.api import PromptTooLongError
 from engine_worker.embedded_model import ensure_embedded_model
-from engine_worker.engine import prefix_cut
+from engine_worker.engine import prefix_cut, token_bound
 from engine_worker.prompt_prefix import CHARS_PER_TOKEN, GROWTH, SLACK_TOKENS, encode_within
 
 pytestmark = pytest.mark.engine
@@ -39,3 +39,16 @@ def test_a_space_free_prompt_is_cut_at_the_tokenizers_pieces() -> None:
     whole = tokenizer.encode("東京、大阪。" * 10, add_special_tokens=False)
     prefix = tokenizer.encode(("東京、大阪。" * 10)[:cut], add_special_tokens=False)
     assert whole[: len(prefix)] == prefix
+
+
+def test_a_one_piece_prompt_is_refused_by_the_token_bound() -> None:
+    """A run of CJK characters is one piece of the pre-tokenizer: no prefix can be cut,
+    and the embedded model's vocabulary bounds its tokens from below instead."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(ensure_embedded_model())
+    text = "字" * 133_000  # what bench abuse's space-free-prompts sends
+    bound = token_bound(tokenizer)
+    assert MAX_TOKENS < bound(text) <= len(tokenizer.encode(text, add_special_tokens=False))
+    with pytest.raises(PromptTooLongError):
+        encode_within(text, MAX_TOKENS, lambda t: pytest.fail("tokenized"), bound=bound)

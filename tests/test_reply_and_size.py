@@ -28,6 +28,7 @@ from engine_worker.api import (
 from engine_worker.prompt_prefix import (
     CHARS_PER_TOKEN,
     SLACK_TOKENS,
+    class_bound,
     cut_before_space,
     encode_within,
 )
@@ -296,3 +297,40 @@ def test_a_prefix_never_has_more_tokens_than_the_whole_text(tiny_model_dir: Path
             num_refused += 1
             assert max_tokens < exc.num_tokens_at_least <= len(whole)
     assert num_cuts > 300 and num_mid_word_differ > 0 and num_refused > 0
+
+
+def test_the_class_bound_counts_bytes_of_a_class_per_token() -> None:
+    bound = class_bound([b"abc", b"12", "中".encode(), b"#" * 80])
+    assert bound("") == 0
+    assert bound("abcd") == 2  # four letters, at most three a token
+    assert bound("1234567") == 4  # digits, at most two a token
+    assert bound("中文字") == 3  # nine non-ASCII bytes, at most three a token
+    assert bound("#" * 800) == 0  # punctuation is not counted
+
+
+def test_a_one_piece_text_is_refused_by_its_bound_before_any_tokenizing(
+    tiny_model_dir: Path,
+) -> None:
+    """On a real byte-level BPE the bound never exceeds the tokens; a run of letters, one
+    piece that no prefix can cut, is refused without tokenizing anything."""
+    from transformers import AutoTokenizer
+
+    from engine_worker.engine import token_bound
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    bound = token_bound(tokenizer)
+    rng = random.Random(20261204)
+    texts = [_random_text(rng) for _ in range(200)]
+    texts += ["字" * 5000, "a" * 5000, "東京、大阪。" * 500, "1234567890" * 300]
+    assert all(bound(t) <= len(tokenizer.encode(t, add_special_tokens=False)) for t in texts)
+
+    encoded: list[int] = []
+
+    def encode(text: str) -> list[int]:
+        encoded.append(len(text))
+        return list(tokenizer.encode(text, add_special_tokens=False))
+
+    with pytest.raises(PromptTooLongError) as refused:
+        encode_within("字" * 100_000, 4095, encode, bound=bound)
+    assert refused.value.num_tokens_at_least > 4095
+    assert encoded == []
