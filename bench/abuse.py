@@ -6,19 +6,22 @@ gateway and judges what came back: ``burst`` (many streams at once), ``surrogate
 (streams nobody reads), ``reply-too-big``, ``deep-schema``, ``pre-admission`` (large
 bodies before admission), and ``list-bodies``, ``idle-sockets``, ``space-free-prompts``
 and ``distinct-schemas``, where one client tries to take the gateway from another
-(``bench/abuse_hostile.py``). One table on stdout, ``--results FILE`` as JSON, progress on
-stderr; the status is 1 if any scenario failed. Only a loopback gateway is accepted:
-these requests are meant to hurt the server they reach.
+(``bench/abuse_hostile.py``), and ``cold-burst`` and ``slow-readers``, which test what
+the SLO check knows (``bench/abuse_cold.py``). One table on stdout, ``--results FILE``
+as JSON, progress on stderr; the status is 1 if any scenario failed. Only a loopback
+gateway is accepted: these requests are meant to hurt the server they reach.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
 import random
+import socket
 import sys
 import time
 from collections import Counter
@@ -46,6 +49,8 @@ SCENARIO_NAMES = (
     "idle-sockets",
     "space-free-prompts",
     "distinct-schemas",
+    "cold-burst",
+    "slow-readers",
 )
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 CHAT = "/v1/chat/completions"
@@ -67,6 +72,10 @@ class AbuseOptions:
     num_idle_sockets: int = 300
     num_space_free: int = 200
     num_schemas: int = 170
+    num_cold_burst: int = 200
+    num_slow: int = 6
+    slow_hold_s: float = 20.0
+    """How long slow-readers' streams go unread."""
     ttft_slo_ms: float = 30_000.0
     """Used when ``GET /admin/dlfp`` does not give the gateway's own."""
     stream_write_timeout_s: float = 30.0
@@ -173,6 +182,32 @@ class Target:
         except (httpx.HTTPError, ValueError):
             return None
         return body if isinstance(body, dict) else None
+
+
+async def open_unread(target: Target, body: bytes, path: str = CHAT) -> socket.socket:
+    """A raw streaming request with a small receive window, whose reply nobody reads."""
+    host, port = target.address
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, (host, port))
+    auth = f"Authorization: Bearer {target.options.api_key}\r\n" if target.options.api_key else ""
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n{auth}"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    await loop.sock_sendall(sock, head.encode() + body)
+    return sock
+
+
+async def status_line(sock: socket.socket) -> str:
+    """The status of the reply's first line, read only now (``?`` if none came)."""
+    with contextlib.suppress(OSError, TimeoutError):
+        first = await asyncio.wait_for(asyncio.get_running_loop().sock_recv(sock, 64), 2.0)
+        parts = first.split(b" ", 2)
+        return parts[1].decode(errors="replace") if len(parts) > 1 else "?"
+    return "?"
 
 
 def error_of(content: bytes) -> dict[str, Any]:
@@ -338,12 +373,15 @@ def add_parser(sub: Any) -> None:
         ("num_idle_sockets", "connections of idle-sockets that send nothing"),
         ("num_space_free", "400 KB prompts without a space of space-free-prompts"),
         ("num_schemas", "requests with distinct JSON schemas of distinct-schemas"),
+        ("num_cold_burst", "streams sent at once by cold-burst, to a fresh gateway"),
+        ("num_slow", "Responses streams of slow-readers that nobody reads"),
     ):
         default = getattr(defaults, name)
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=default, help=what)
     for name, what in (
         ("ttft_slo_ms", "TTFT SLO of burst when GET /admin/dlfp does not give the gateway's"),
         ("stream_write_timeout_s", "the gateway's stream_write_timeout_s"),
+        ("slow_hold_s", "seconds slow-readers' streams go unread"),
         ("max_rss_growth_mb", "most RSS surrogate-stop may add beyond its baseline batch"),
         ("request_timeout_s", "time-out of one request"),
         ("scenario_timeout_s", "time-out of one scenario"),

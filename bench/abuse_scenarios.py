@@ -8,15 +8,15 @@ needs). ``burst`` has a module of its own (``bench/abuse_burst.py``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import socket
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from bench.abuse import CHAT, Outcome, Reply, Scenario, Target, counts_by
+from bench.abuse import CHAT, Outcome, Reply, Scenario, Target, counts_by, open_unread, status_line
 from bench.abuse_burst import burst
+from bench.abuse_cold import cold_burst, slow_readers
 from bench.abuse_hostile import distinct_schemas, idle_sockets, list_bodies, space_free_prompts
 
 LONE_SURROGATE = "\ud800"
@@ -93,32 +93,6 @@ async def surrogate_stop(target: Target) -> Outcome:
     return outcome
 
 
-async def _open_unread(target: Target, body: bytes) -> socket.socket:
-    """A raw streaming request with a small receive window, whose reply nobody reads."""
-    host, port = target.address
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.setblocking(False)
-    loop = asyncio.get_running_loop()
-    await loop.sock_connect(sock, (host, port))
-    auth = f"Authorization: Bearer {target.options.api_key}\r\n" if target.options.api_key else ""
-    head = (
-        f"POST {CHAT} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n{auth}"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    )
-    await loop.sock_sendall(sock, head.encode() + body)
-    return sock
-
-
-async def _status_line(sock: socket.socket) -> str:
-    """The status of the reply's first line, read only now (``?`` if none came)."""
-    with contextlib.suppress(OSError, TimeoutError):
-        first = await asyncio.wait_for(asyncio.get_running_loop().sock_recv(sock, 64), 2.0)
-        parts = first.split(b" ", 2)
-        return parts[1].decode(errors="replace") if len(parts) > 1 else "?"
-    return "?"
-
-
 def _has_reply(sock: socket.socket) -> bool:
     """Whether the reply has begun (admitted, or refused), without reading any of it."""
     try:
@@ -163,10 +137,10 @@ async def stalled_readers(target: Target) -> Outcome:
     before = (await target.metrics(ACTIVE)).get(ACTIVE)
     big = {"n": 8, "logprobs": True, "top_logprobs": 20, "max_tokens": 4000, "stream": True}
     body = json.dumps(target.chat("Tell a very long story about a river.", **big)).encode()
-    sockets = [await _open_unread(target, body) for _ in range(num)]
+    sockets = [await open_unread(target, body) for _ in range(num)]
     try:
         admitted_s, free_s = await _watch_slots(target, sockets, before, limit_s)
-        statuses = [await _status_line(sock) for sock in sockets]
+        statuses = [await status_line(sock) for sock in sockets]
         probe = await target.send(CHAT, target.chat("Say hello.", max_tokens=4))
     finally:
         for sock in sockets:
@@ -268,4 +242,6 @@ SCENARIOS: dict[str, Scenario] = {
     "idle-sockets": idle_sockets,
     "space-free-prompts": space_free_prompts,
     "distinct-schemas": distinct_schemas,
+    "cold-burst": cold_burst,
+    "slow-readers": slow_readers,
 }

@@ -146,6 +146,12 @@ class RequestStream(ABC):
             await self._abort()
 
     @abstractmethod
+    async def first_output(self) -> bool:
+        """Returns once the engine has produced the request's first output, whether or
+        not anyone has read it: True; False if the request ended without one (an
+        error). The time a first token took is the engine's, never the reader's."""
+
+    @abstractmethod
     async def _next(self) -> GenerationChunk:
         """The next output of the request (the engine's errors as this module's)."""
 

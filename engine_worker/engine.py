@@ -319,6 +319,15 @@ class _VLLMRequestStream(RequestStream):
         super().__init__()
         self._collector = collector
         self._abort_in_engine = abort
+        self._has_output = False
+
+    async def first_output(self) -> bool:
+        # vLLM's output handler puts each output in the collector and sets ``ready``,
+        # whoever reads it and whenever.
+        if not self._has_output:
+            await self._collector.ready.wait()
+        output = self._collector.output  # None once read: then ``_next`` says how it went
+        return self._has_output or (output is not None and not isinstance(output, Exception))
 
     async def _next(self) -> GenerationChunk:
         from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDead
@@ -328,6 +337,7 @@ class _VLLMRequestStream(RequestStream):
             output = collector.get_nowait() or await collector.get()
         except VLLMEngineDead as exc:
             raise EngineDeadError(str(exc)) from exc
+        self._has_output = True
         return _chunk(output)
 
     def _release(self) -> None:
@@ -763,7 +773,8 @@ class VLLMEngine:
                 )
         except PromptTooLongError:
             raise
-        except (TemplateError, ValueError, TypeError, KeyError) as exc:
+        except (TemplateError, ValueError, TypeError, KeyError, RecursionError) as exc:
+            # RecursionError: a value nested past what the template's JSON can write.
             raise InvalidRequestError(
                 f"cannot render the conversation: {exc}", param="messages"
             ) from exc

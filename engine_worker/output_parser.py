@@ -51,7 +51,7 @@ def _with_object_arguments(call: dict[str, Any]) -> dict[str, Any]:
     function = dict(call.get("function") or {})
     try:
         arguments = json.loads(function.get("arguments") or "{}")
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # not JSON, or nested past the parser
         return call
     if isinstance(arguments, dict):
         function["arguments"] = arguments

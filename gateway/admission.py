@@ -22,6 +22,12 @@ refused for the SLO: refusing it would help no one, and a refused prompt never a
 the sample that would correct the estimate. For the same reason, once the estimate's
 samples have faded (no first token for about a minute), only the slot wait counts.
 
+Until enough is measured (``min_slo_samples`` first tokens, ``ServiceRate``'s hold
+times), the engine's start-up fit stands in (``ttft_estimate.StartupPrior``, set by the
+app once the engine is up): a fresh gateway refuses a burst it cannot serve on arrival,
+not after the requests have waited. Without a fit (``startup_fit_s`` 0) nothing is
+refused for the SLO until it is measured.
+
 An ``n``-choice request takes ``n`` slots (at most ``max_concurrent``): it streams
 ``n`` sequences, and the engine's work is theirs.
 """
@@ -40,7 +46,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.ttft_estimate import ServiceRate, TTFTEstimate
+from gateway.ttft_estimate import ServiceRate, StartupPrior, TTFTEstimate
 
 logger = logging.getLogger("dlfp.admission")
 
@@ -181,6 +187,12 @@ class Admission:
         """Each client's requests holding slots: what orders the queue between clients."""
         self.ttft_estimate = TTFTEstimate(clock=clock)
         self.service_rate = ServiceRate()
+        self.prior: StartupPrior | None = None
+        """The engine's start-up fit, until measurements replace it."""
+        self._max_tokens_streaming = 0
+        """The ``max_tokens`` of the requests streaming, summed (for the prior's rate)."""
+        self._prompt_tokens_streaming = 0
+        """Their prompts' tokens, summed."""
         self.draining = False
 
     @property
@@ -217,9 +229,20 @@ class Admission:
         self._reserved[client] += 1
         return Reservation(self, client)
 
+    def slots_per_s(self) -> float | None:
+        """Slots freed per second with every slot in use: measured, else the prior's."""
+        max_concurrent = self.limits.max_concurrent
+        measured = self.service_rate.value(max_concurrent)
+        if measured is not None or self.prior is None:
+            return measured
+        num = max(1, sum(self._streaming.values()))
+        return self.prior.slots_per_s(
+            max_concurrent, self._max_tokens_streaming / num, self._prompt_tokens_streaming / num
+        )
+
     def retry_after_s(self) -> int:
-        """Seconds until the queue ahead has likely drained, from the observed service rate."""
-        rate = self.service_rate.value(self.limits.max_concurrent)
+        """Seconds until the queue ahead has likely drained, from the service rate."""
+        rate = self.slots_per_s()
         if not rate:
             return 1
         return max(1, min(120, math.ceil((self.num_queued + 1) / rate)))
@@ -252,9 +275,9 @@ class Admission:
         needed -= self.limits.max_concurrent
         if needed <= 0:
             return 0.0
-        rate = self.service_rate.value(self.limits.max_concurrent)
-        # NOTE: no hold times measured yet: no wait is predicted, so nothing is refused
-        # for a wait the gateway has not yet measured.
+        rate = self.slots_per_s()
+        # NOTE: no hold times measured yet and no prior: no wait is predicted, so nothing
+        # is refused for a wait the gateway knows nothing of.
         return needed / rate if rate else 0.0
 
     def predicted_ttft_s(
@@ -265,16 +288,21 @@ class Admission:
         waiter: _Waiter | None = None,
         client: str = "",
     ) -> float | None:
-        """The slot wait plus admission to first token; None until enough is measured.
-        Once the samples have faded (``TTFTEstimate.is_fresh``), the slot wait alone."""
+        """The slot wait plus admission to first token; before enough is measured, from
+        the prior, and None without one. Once the samples have faded
+        (``TTFTEstimate.is_fresh``), the prior's line, or the slot wait alone."""
         estimate = self.ttft_estimate
-        if estimate.num_samples < self.limits.min_slo_samples:
+        measured = estimate.num_samples >= self.limits.min_slo_samples
+        if not measured and self.prior is None:
             return None
         ahead = self._ahead(priority, waiter, client)
         wait_s = self._slot_wait_s(num_slots, ahead) if self.limits.slo_queue_check else 0.0
-        if not estimate.is_fresh:
+        if measured and estimate.is_fresh:
+            fixed_s, per_token_s = estimate.line()
+        elif self.prior is not None:
+            fixed_s, per_token_s = self.prior.fixed_s, self.prior.per_token_s
+        else:
             return wait_s
-        fixed_s, per_token_s = self.ttft_estimate.line()
         prefill_ahead_s = per_token_s * self._tokens_ahead(priority, waiter, client)
         # NOTE: the prompts ahead are prefilled while this one waits for its slot, so its
         # first token waits for the later of the two, not their sum: adding them refused
@@ -295,6 +323,7 @@ class Admission:
         num_slots: int = 1,
         measured: bool = True,
         client: str = "",
+        max_tokens: int = 1,
     ) -> AsyncIterator[Ticket]:
         """Hold ``num_slots`` stream slots for the body of the ``async with``. Queued,
         it waits in the order ``_order`` gives."""
@@ -327,6 +356,8 @@ class Admission:
                 _uncount(self._held, client)
                 raise
         self._pending_prefill += prefill_tokens
+        self._max_tokens_streaming += max_tokens
+        self._prompt_tokens_streaming += prefill_tokens
         now = self._clock()
         ticket = Ticket(prefill_tokens, self._pending_prefill, now, now - arrival, self, measured)
         try:
@@ -335,6 +366,8 @@ class Admission:
             if not ticket._prefilled:
                 self._pending_prefill = max(0, self._pending_prefill - prefill_tokens)
             self._active -= num_slots
+            self._max_tokens_streaming -= max_tokens
+            self._prompt_tokens_streaming -= prefill_tokens
             _uncount(self._streaming, client)
             _uncount(self._held, client)
             self.service_rate.released(num_slots, self._clock() - ticket.admitted_s, queued)
@@ -364,7 +397,8 @@ class Admission:
                 "num_active": self._active,
                 "num_queued": len(self._queue),
                 "pending_prefill_tokens": self._pending_prefill,
-                "slots_per_s": self.service_rate.value(self.limits.max_concurrent),
+                "slots_per_s": self.slots_per_s(),
+                "from_prior": self.ttft_estimate.num_samples < self.limits.min_slo_samples,
             },
         )
         return AdmissionRejected(

@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 
 from fastapi import FastAPI
 
@@ -29,6 +30,7 @@ from gateway.settings import Settings
 from gateway.state import GatewayState
 from gateway.stored_responses import build_store
 from gateway.telemetry import poll_controller
+from gateway.ttft_estimate import StartupPrior
 
 logger = logging.getLogger("dlfp.gateway")
 
@@ -39,6 +41,25 @@ async def _start_engine(state: GatewayState) -> None:
     except Exception as exc:  # a failed start must show in /ready, not kill the server
         state.engine_error = f"{type(exc).__name__}: {exc}"
         logger.exception("engine failed to start", extra={"event": "engine_start_failed"})
+        return
+    if state.settings.startup_fit_s > 0:
+        await _take_startup_prior(state)
+
+
+async def _take_startup_prior(state: GatewayState) -> None:
+    """Admission's prior from the cost model the engine fitted at start."""
+    try:
+        dlfp_state = await state.engine.get_dlfp_state()
+    except Exception:  # no scheduler state: admission measures from scratch, as it can
+        logger.exception("no start-up fit to read", extra={"event": "startup_prior_missing"})
+        return
+    coefficients = dlfp_state.get("cost_coefficients")
+    prior = StartupPrior.from_coefficients(coefficients) if coefficients else None
+    state.admission.prior = prior
+    logger.info(
+        "admission prior from the start-up fit",
+        extra={"event": "startup_prior", "prior": None if prior is None else asdict(prior)},
+    )
 
 
 def create_app(

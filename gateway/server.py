@@ -6,7 +6,9 @@ for up to ``drain_s``, ends those still running with an error event, then stops
 uvicorn and the engine and exits 0. A second signal stops serving at once (an
 engine still starting is stopped first). If the engine fails to start, its core
 dies or it hangs (``engine_watch``), the same drain runs and the process exits 1,
-so that its supervisor restarts it.
+so that its supervisor restarts it. An engine core that dies during a SIGTERM drain
+makes the exit 1 too; during a SIGINT drain it does not, since a terminal's Ctrl-C
+reaches the engine core as well and stops it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 import socket
 import time
 from collections.abc import Iterable
@@ -28,7 +32,7 @@ from gateway.auth import is_loopback_host
 from gateway.connections import start_probe_listener, with_header_timeout
 from gateway.engine import build_engine, resolve_device
 from gateway.logs import configure_logging
-from gateway.settings import Settings
+from gateway.settings import Settings, drop_secret_variables
 from gateway.state import GatewayState
 
 logger = logging.getLogger("dlfp.gateway")
@@ -76,7 +80,8 @@ class GatewayServer(uvicorn.Server):
         self._probe_listener: asyncio.AbstractServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_task: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._drain_signal: int | None = None
+        self._watcher: asyncio.Task[None] | None = None
 
     async def startup(self, sockets: list[object] | None = None) -> None:  # type: ignore[override]
         self._loop = asyncio.get_running_loop()
@@ -86,13 +91,25 @@ class GatewayServer(uvicorn.Server):
             self._probe_listener = await start_probe_listener(
                 self.state, self.config.host, self.probe_port, self.state.settings.header_timeout_s
             )
-        task = self._loop.create_task(self._watch_engine())
-        self._tasks.add(task)
+        self._watcher = self._loop.create_task(self._watch_engine())
 
     async def shutdown(self, sockets: list[object] | None = None) -> None:  # type: ignore[override]
         if self._probe_listener is not None:
             self._probe_listener.close()
-        await super().shutdown(sockets)  # type: ignore[arg-type]
+        # NOTE: the engine's is_dead also holds once the app's lifespan has stopped it, so
+        # the watch ends, with a last look, just before that stop (after uvicorn's wait
+        # for open connections): a death up to then makes the exit 1, the stop does not.
+        stop_app = self.lifespan.shutdown
+
+        async def stop_app_after_last_look() -> None:
+            self._stop_watching()
+            await stop_app()
+
+        self.lifespan.shutdown = stop_app_after_last_look
+        try:
+            await super().shutdown(sockets)  # type: ignore[arg-type]
+        finally:
+            self._stop_watching()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self._drain_task is not None or self._loop is None:
@@ -102,6 +119,7 @@ class GatewayServer(uvicorn.Server):
             "signal received, draining",
             extra={"event": "drain_start", "signal": sig, "drain_s": self.drain_s},
         )
+        self._drain_signal = sig
         self._loop.call_soon_threadsafe(self._begin_drain)
 
     def _begin_drain(self) -> None:
@@ -125,29 +143,55 @@ class GatewayServer(uvicorn.Server):
             await asyncio.sleep(0.1)
 
     async def _watch_engine(self) -> None:
-        while not self.should_exit:
+        """Until the engine is stopped: a failed engine (it never started, it hung or its
+        core died) starts the drain, or, already draining, makes the exit 1."""
+        while True:
             await asyncio.sleep(0.5)
-            if self._drain_task is not None:
-                continue
-            if self.state.engine_error is not None:  # it never started, or it hung
+            if self._has_engine_failed() and self._drain_task is None:
                 self._begin_drain()
-            elif self.state.engine.is_dead:
-                self.state.engine_error = "the engine core died"
-                logger.error("engine died", extra={"event": "engine_dead"})
-                self._begin_drain()
+
+    def _has_engine_failed(self) -> bool:
+        """Records a dead engine core in ``engine_error``, which ``serve`` exits 1 on.
+
+        NOTE: a terminal's Ctrl-C sends SIGINT to the engine core too, which then stops
+        by itself during the drain: a stop, not a failure. SIGTERM (a supervisor's stop)
+        reaches the gateway alone, so an engine core gone during its drain has died.
+        """
+        if self._drain_signal == signal.SIGINT:
+            return self.state.engine_error is not None
+        if self.state.engine_error is None and self.state.engine.is_dead:
+            self.state.engine_error = "the engine core died"
+            logger.error(
+                "engine died",
+                extra={"event": "engine_dead", "draining": self._drain_task is not None},
+            )
+        return self.state.engine_error is not None
+
+    def _stop_watching(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
+            self._has_engine_failed()
 
 
 def warn_if_admin_open(settings: Settings) -> bool:
-    """Logs ``admin_open`` (and returns True) when /admin has no token off loopback.
+    """Logs ``admin_open`` (and returns True) when /admin has no token and may answer
+    clients beyond this host: it listens beyond loopback, or trusts proxies.
 
-    /admin then still answers loopback clients only, but a proxy on the same host
-    (or a port published by a container runtime) connects from loopback.
+    /admin then answers loopback clients and ``DLFP_TRUSTED_PROXIES`` only, but a proxy on
+    the same host (or a port published by a container runtime) connects from loopback,
+    and a trusted proxy relays whoever reaches it.
     """
-    if settings.admin_token is not None or is_loopback_host(settings.host):
+    trusted = [str(network) for network in settings.trusted_proxy_networks()]
+    if settings.admin_token is not None or (not trusted and is_loopback_host(settings.host)):
         return False
+    if trusted:
+        reach = "loopback clients and DLFP_TRUSTED_PROXIES, so whoever those proxies relay"
+    else:
+        reach = "loopback clients, a proxy on this host included, while listening beyond it"
     logger.warning(
-        "admin open: listening beyond loopback with no admin token; set DLFP_ADMIN_TOKEN",
-        extra={"event": "admin_open", "host": settings.host},
+        f"admin open: no admin token; /admin answers {reach}. Set DLFP_ADMIN_TOKEN",
+        extra={"event": "admin_open", "host": settings.host, "trusted_proxies": trusted},
     )
     return True
 
@@ -161,6 +205,19 @@ def warn_if_api_open(settings: Settings) -> bool:
         "api open: listening beyond loopback with no API keys; /v1 answers anyone who "
         "reaches the port. Set DLFP_API_KEYS (or DLFP_API_KEYS_FILE)",
         extra={"event": "api_open", "host": settings.host},
+    )
+    return True
+
+
+def note_if_metrics_open(settings: Settings) -> bool:
+    """Logs ``metrics_open`` (and returns True) when /metrics has no token off loopback:
+    on purpose where a scraper sends none (the inference pool's endpoint picker)."""
+    if settings.metrics_token is not None or is_loopback_host(settings.host):
+        return False
+    logger.info(
+        "metrics open: listening beyond loopback with no metrics token; /metrics answers "
+        "anyone who reaches the port. Set DLFP_METRICS_TOKEN (or DLFP_METRICS_TOKEN_FILE)",
+        extra={"event": "metrics_open", "host": settings.host},
     )
     return True
 
@@ -186,8 +243,10 @@ def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
 
 
 def serve(settings: Settings) -> int:
-    """Blocks until stopped: 0 after a clean stop, 1 if the engine failed."""
+    """Blocks until stopped: 0 after a clean stop, 1 if the engine failed at any point
+    before it was stopped."""
     configure_logging(settings.log_level)
+    dropped = drop_secret_variables(os.environ)  # before any engine process starts
     device = resolve_device(settings)
     dlfp = settings.dlfp_config(device)  # raises SettingsError: the CLI exits 2
     engine = build_engine(settings, device, dlfp)
@@ -203,8 +262,14 @@ def serve(settings: Settings) -> int:
             "controller": dlfp.controller.value,
         },
     )
+    if dropped:
+        logger.info(
+            "secret variables removed from the environment the engine processes inherit",
+            extra={"event": "secret_variables_dropped", "variables": dropped},
+        )
     warn_if_admin_open(settings)
     warn_if_api_open(settings)
+    note_if_metrics_open(settings)
     config = uvicorn_config(app, settings)
     GatewayServer(config, state, settings.drain_s, settings.probe_port).run()
     failed = state.engine_error is not None

@@ -11,7 +11,10 @@ docstrings, so a field added there is an option and a variable here with no code
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
@@ -38,6 +41,11 @@ ADMISSION_FIELDS = tuple(AdmissionLimits.model_fields)
 SECRET_FIELDS = ("admin_token", "api_keys", "priority_api_keys", "metrics_token", "redis_url")
 """Settings that may also come from a file: ``DLFP_<NAME>_FILE`` names it (Docker's
 ``*_FILE`` convention, for compose secrets and mounted Kubernetes Secrets)."""
+SECRET_VARIABLES = frozenset(
+    f"DLFP_{name.upper()}{suffix}" for name in SECRET_FIELDS for suffix in ("", "_FILE")
+)
+"""The variables that carry a secret or name its file (``drop_secret_variables``)."""
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 def _copied_fields(model: type[BaseModel], optional: bool) -> dict[str, Any]:
@@ -73,7 +81,8 @@ class SettingsError(ValueError):
 class _SecretFiles(PydanticBaseSettingsSource):
     """The ``DLFP_<NAME>_FILE`` variables of ``SECRET_FIELDS``: each file's text, stripped,
     is its setting. An option wins over it and it wins over ``.env``; a variable and its
-    ``_FILE`` twin together are an error, as is a file that cannot be read."""
+    ``_FILE`` twin together are an error, as are a file that cannot be read and an empty
+    admin-token file (which would lock /admin with no word)."""
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
         return None, field_name, False  # unused: __call__ reads all the files at once
@@ -91,6 +100,11 @@ class _SecretFiles(PydanticBaseSettingsSource):
                 values[name] = Path(path).read_text(encoding="utf-8").strip()
             except (OSError, UnicodeDecodeError) as exc:
                 raise SettingsError(f"{variable}_FILE: cannot read {path}: {exc}") from exc
+            if name == "admin_token" and not values[name]:
+                raise SettingsError(
+                    f"{variable}_FILE: {path} is empty: put the admin token in it, or unset "
+                    f"{variable}_FILE to leave /admin to loopback clients"
+                )
         return values
 
 
@@ -220,17 +234,23 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
 
     # --- security and limits (the SECRET_FIELDS may also come from DLFP_<NAME>_FILE) ---
     admin_token: SecretStr | None = None
-    """Bearer token for /admin/*; unset = admin answers only loopback clients. Or from the
-    file DLFP_ADMIN_TOKEN_FILE names."""
+    """Bearer token for /admin/*; unset = admin answers only loopback clients (127.0.0.1,
+    ::1) and DLFP_TRUSTED_PROXIES; empty is an error. Or from the file
+    DLFP_ADMIN_TOKEN_FILE names."""
+    trusted_proxies: str = ""
+    """Addresses or CIDR networks, comma-separated or one a line, that /admin answers
+    without an admin token as it answers loopback (a sidecar proxy connecting from
+    127.0.0.6, say); empty = loopback only; no effect once an admin token is set."""
     api_keys: str = ""
-    """Comma-separated bearer keys that protect /v1/*; empty = open (logged as api_open
-    when listening beyond loopback). Or from the file DLFP_API_KEYS_FILE names."""
+    """Bearer keys that protect /v1/*, comma-separated or one a line; empty = open (logged
+    as api_open when listening beyond loopback). Or from the file DLFP_API_KEYS_FILE names."""
     priority_api_keys: str = ""
-    """Comma-separated bearer keys allowed priorities below 0; empty = nobody. Or from the
-    file DLFP_PRIORITY_API_KEYS_FILE names."""
+    """Bearer keys allowed priorities below 0, comma-separated or one a line; empty =
+    nobody. Or from the file DLFP_PRIORITY_API_KEYS_FILE names."""
     metrics_token: SecretStr | None = None
-    """Bearer token for /metrics, for the scraper (not an API key); unset or empty = open.
-    Or from the file DLFP_METRICS_TOKEN_FILE names."""
+    """Bearer token for /metrics, for the scraper (not an API key); unset or empty = open
+    (logged as metrics_open when listening beyond loopback). Or from the file
+    DLFP_METRICS_TOKEN_FILE names."""
     protect_docs: bool = False
     """/docs, /redoc, /openapi.json and /dashboard require an API key, as /v1/* does."""
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
@@ -259,6 +279,22 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
     def _empty_token_is_unset(cls, value: object) -> object:
         # An empty Secret key or file keeps /metrics open, as an empty DLFP_API_KEYS keeps /v1.
         return None if value == "" else value
+
+    @field_validator("admin_token", mode="before")
+    @classmethod
+    def _admin_token_is_not_empty(cls, value: object) -> object:
+        # NOTE: no client sends an empty bearer token, so an empty one would refuse every
+        # /admin call, loopback included, where unset leaves /admin to loopback.
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if isinstance(text, str) and not text.strip():
+            raise ValueError("empty: set a token, or leave it unset for loopback-only /admin")
+        return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _trusted_proxies_are_networks(cls, value: str) -> str:
+        _networks(value)
+        return value
 
     @classmethod
     def settings_customise_sources(
@@ -293,9 +329,44 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
     def priority_key_set(self) -> frozenset[str]:
         return _keys(self.priority_api_keys)
 
+    def trusted_proxy_networks(self) -> tuple[IPNetwork, ...]:
+        return _networks(self.trusted_proxies)
+
+
+def _entries(text: str) -> list[str]:
+    """A list setting's entries: comma-separated or one a line (a key file, a Secret key
+    written line by line), surrounding whitespace and blank entries dropped."""
+    return [entry.strip() for entry in re.split(r"[,\r\n]", text) if entry.strip()]
+
 
 def _keys(text: str) -> frozenset[str]:
-    return frozenset(key.strip() for key in text.split(",") if key.strip())
+    return frozenset(_entries(text))
+
+
+def _networks(text: str) -> tuple[IPNetwork, ...]:
+    """``trusted_proxies``: an address is a network of one (``127.0.0.6/32``)."""
+    networks = []
+    for entry in _entries(text):
+        try:
+            networks.append(ipaddress.ip_network(entry))
+        except ValueError as exc:
+            raise ValueError(f"{entry!r} is no address or CIDR network: {exc}") from exc
+    return tuple(networks)
+
+
+def drop_secret_variables(environ: MutableMapping[str, str]) -> list[str]:
+    """Removes ``SECRET_VARIABLES`` from ``environ`` (in any case, as the settings read
+    them) and returns the names removed.
+
+    NOTE: called on ``os.environ`` once the settings are read and before the engine is
+    built: vLLM's engine core and workers and the grammar vetter are started by
+    ``multiprocessing`` (fork or spawn), and both inherit this process's environment,
+    as does anything they start in turn.
+    """
+    dropped = sorted(name for name in environ if name.upper() in SECRET_VARIABLES)
+    for name in dropped:
+        del environ[name]
+    return dropped
 
 
 def option_names(name: str) -> str:

@@ -21,6 +21,11 @@ the scheduler behind tight ITL deadlines took 40 to 60 s to a first token) would
 refuse every contended request long after the engine got fast again. Admission counts a
 faded estimate as no prefill time at all (only the wait for a slot remains), the next
 requests are admitted, and their samples outweigh the old ones.
+
+Before anything is measured, ``StartupPrior`` stands in for both: the engine fits its
+step-cost model to a workload of its own before ``/ready`` turns 200
+(``engine_worker.startup_fit``), so a fresh gateway knows what a prefill token and a
+decode step cost. Measured values take over as they come.
 """
 
 from __future__ import annotations
@@ -28,10 +33,75 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from engine_worker.cost_model import NUM_FEATURES
 
 FRESH_WEIGHT = 1.0
 """Sample weight (recent samples count about 1 each) an estimate needs to refuse."""
+
+
+MAX_TOKENS_DISCOUNT = 0.5
+"""Until hold times are measured, a request is expected to generate this share of its
+``max_tokens``: most answers end before their limit, and a prior that assumed every
+request ran to it would refuse a fresh gateway's burst for waits it will not have."""
+
+
+@dataclass(frozen=True)
+class StartupPrior:
+    """The engine's costs from its start-up fit, for the SLO check before any request of
+    the gateway's own has been measured.
+
+    A first token is predicted as one mixed step (``fixed_s``) plus ``per_token_s`` for
+    each prompt token ahead and its own; a slot frees after ``MAX_TOKENS_DISCOUNT`` of
+    the holders' ``max_tokens`` in decode steps of a full gateway, whose context is the
+    streaming prompts and half the output expected. The fit's attention term is left
+    out (its prompts' contexts are not known ahead), and so is the prefill the
+    controller holds back while streams decode: the prior errs fast, and the measured
+    estimate, which includes both, replaces it within a few requests."""
+
+    fixed_s: float
+    per_token_s: float
+    decode_base_s: float
+    """A decode-only step's own time."""
+    decode_per_stream_s: float
+    """What each decoding stream adds to a step."""
+    decode_per_context_s: float = 0.0
+    """What each token of context the decodes attend to adds to a step."""
+
+    @classmethod
+    def from_coefficients(cls, coefficients: Sequence[float]) -> StartupPrior | None:
+        """From ``cost_model.CostModel.coefficients`` (seconds per feature unit, in its
+        order: decode-only and mixed intercepts, per decode, per 1e4 decode context, per
+        1e3 prefill, per 1e6 attention); None if the fit is missing or says nothing."""
+        if len(coefficients) != NUM_FEATURES:
+            return None
+        decode_base, mixed_base, per_decode, per_10k_context, per_1k_prefill, _ = coefficients
+        prior = cls(
+            fixed_s=max(0.0, mixed_base) + max(0.0, per_decode),
+            per_token_s=max(0.0, per_1k_prefill) / 1e3,
+            decode_base_s=max(0.0, decode_base),
+            decode_per_stream_s=max(0.0, per_decode),
+            decode_per_context_s=max(0.0, per_10k_context) / 1e4,
+        )
+        return prior if prior.per_token_s > 0 and prior.step_s(1, 0) > 0 else None
+
+    def step_s(self, num_streams: int, context_tokens: float) -> float:
+        """A decode-only step's time with ``num_streams`` decoding over ``context_tokens``."""
+        return (
+            self.decode_base_s
+            + self.decode_per_stream_s * num_streams
+            + self.decode_per_context_s * context_tokens
+        )
+
+    def slots_per_s(
+        self, max_concurrent: int, mean_max_tokens: float, mean_prompt_tokens: float
+    ) -> float:
+        """Slots freed per second with ``max_concurrent`` streaming, as ``ServiceRate``."""
+        num_steps = MAX_TOKENS_DISCOUNT * max(1.0, mean_max_tokens)
+        context = max_concurrent * (mean_prompt_tokens + num_steps / 2)
+        return max_concurrent / (num_steps * self.step_s(max_concurrent, context))
 
 
 class ServiceRate:

@@ -256,6 +256,11 @@ class _FakeRequestStream(RequestStream):
             text = json.dumps(schema_instance(options.json_schema or {"type": "object"}))
             self._json = [text[k : k + 4] for k in range(0, len(text), 4)]
 
+    async def first_output(self) -> bool:
+        """The fake produces its first token ``delay_s`` after submission, read or not."""
+        await asyncio.sleep(self._engine.delay_s)
+        return not self._engine._dead and self._engine.fail_after_tokens != 0
+
     async def _next(self) -> GenerationChunk:
         engine, options, i = self._engine, self._options, self._i
         await asyncio.sleep(engine.delay_s)

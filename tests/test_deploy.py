@@ -30,6 +30,7 @@ from tests.conftest import Server
 from tests.debian_tools import DebianPrograms
 from tests.fakes import FakeEngine
 from tests.http_helpers import fake_app, fake_client
+from tests.test_deploy_secrets import mounted_secret
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -474,8 +475,8 @@ def test_k8s_deployment_probes_ports_and_drain(routes: set[str]) -> None:
         get = container[probe]["httpGet"]
         assert get["path"] == path and path in routes and ports[get["port"]] == 8001
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
-    (token,) = [e for e in container["env"] if e["name"] == "DLFP_ADMIN_TOKEN"]
-    assert "value" not in token and token["valueFrom"]["secretKeyRef"]["name"]
+    # The admin token from a mounted Secret's file (tests/test_deploy_secrets.py).
+    assert mounted_secret(pod, container, env["DLFP_ADMIN_TOKEN_FILE"])[0]
     sleep = container["lifecycle"]["preStop"]["exec"]["command"]
     assert sleep[0] == "sleep"
     # The kubelet's grace period runs from the preStop hook on.
@@ -499,10 +500,11 @@ def test_k8s_service_monitor_and_hpa_select_the_deployment(routes: set[str]) -> 
     assert endpoint["port"] == port["name"]
     assert endpoint["path"] == "/metrics" and "/metrics" in routes
     # The scrape sends the token the gateway reads, from the same Secret key.
-    (token,) = [e for e in container["env"] if e["name"] == "DLFP_METRICS_TOKEN"]
+    (path,) = [e["value"] for e in container["env"] if e["name"] == "DLFP_METRICS_TOKEN_FILE"]
+    secret, key = mounted_secret(deployment["spec"]["template"]["spec"], container, path)
     assert endpoint["authorization"] == {
         "type": "Bearer",
-        "credentials": {k: token["valueFrom"]["secretKeyRef"][k] for k in ("name", "key")},
+        "credentials": {"name": secret, "key": key},
     }
     assert hpa["apiVersion"] == "autoscaling/v2"
     target = hpa["spec"]["scaleTargetRef"]

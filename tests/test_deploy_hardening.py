@@ -24,7 +24,8 @@ import jsonschema
 import pytest
 import yaml
 
-from gateway.settings import SECRET_FIELDS, Settings
+from gateway.settings import SECRET_FIELDS
+from tests.test_deploy_secrets import mounted_secret
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -267,9 +268,11 @@ def test_k8s_container_is_hardened(pod: dict[str, Any]) -> None:
 def test_k8s_every_writable_path_is_a_volume(pod: dict[str, Any]) -> None:
     (container,) = pod["containers"]
     volumes = {v["name"]: v for v in pod["volumes"]}
-    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-    assert set(mounts.values()) <= set(volumes)
-    assert not any(m.get("readOnly") for m in container["volumeMounts"])
+    assert {m["name"] for m in container["volumeMounts"]} <= set(volumes)
+    # Every volume is writable but the Secret's (tests/test_deploy_secrets.py).
+    writable = [m for m in container["volumeMounts"] if "secret" not in volumes[m["name"]]]
+    assert not any(m.get("readOnly") for m in writable)
+    mounts = {m["mountPath"]: m["name"] for m in writable}
 
     def on_a_volume(path: str) -> bool:
         return any(Path(path).is_relative_to(mount) for mount in mounts)
@@ -292,19 +295,20 @@ def test_k8s_every_writable_path_is_a_volume(pod: dict[str, Any]) -> None:
 
 def test_k8s_secrets_are_required_keys_of_one_secret(pod: dict[str, Any]) -> None:
     (container,) = pod["containers"]
-    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
-    assert set(refs) == {
-        "DLFP_ADMIN_TOKEN",
-        "DLFP_API_KEYS",
-        "DLFP_METRICS_TOKEN",
-        "DLFP_REDIS_URL",
+    files = {e["name"]: e["value"] for e in container["env"] if e["name"].endswith("_FILE")}
+    assert set(files) == {
+        "DLFP_ADMIN_TOKEN_FILE",
+        "DLFP_API_KEYS_FILE",
+        "DLFP_METRICS_TOKEN_FILE",
+        "DLFP_REDIS_URL_FILE",
     }
-    assert len({ref["name"] for ref in refs.values()}) == 1
-    assert len({ref["key"] for ref in refs.values()}) == len(refs)
-    # NOTE: a Secret without one of the keys stops the pod; none may leave /v1 open silently.
-    assert not any(ref.get("optional", False) for ref in refs.values())
-    assert {name[len("DLFP_") :].lower() for name in refs} <= set(Settings.model_fields)
-    assert not [e for e in container["env"] if e["name"] in refs and "value" in e]
+    # NOTE: mounted_secret fails on an optional Secret or an unlisted key: a Secret without
+    # one of the keys stops the pod; none may leave /v1 open silently.
+    refs = {name: mounted_secret(pod, container, path) for name, path in files.items()}
+    assert len({secret for secret, _ in refs.values()}) == 1
+    assert len({key for _, key in refs.values()}) == len(refs)
+    assert {name[len("DLFP_") : -len("_FILE")].lower() for name in refs} <= set(SECRET_FIELDS)
+    assert not [e for e in container["env"] if "valueFrom" in e]
 
 
 def test_k8s_network_policy_admits_only_the_gateway_port(pod: dict[str, Any]) -> None:
@@ -336,9 +340,10 @@ def test_k8s_redis_is_what_the_gateways_url_names() -> None:
     assert set(by_kind) == {"Deployment", "Service", "NetworkPolicy"}
     readme = (DEPLOY / "README.md").read_text()
     assert f"@{by_kind['Service']['metadata']['name']}:6379/0" in readme
-    (container,) = by_kind["Deployment"]["spec"]["template"]["spec"]["containers"]
-    (password,) = container["env"]
-    assert password["valueFrom"]["secretKeyRef"] == {"name": "dlfp-redis", "key": "password"}
+    redis_pod = by_kind["Deployment"]["spec"]["template"]["spec"]
+    (container,) = redis_pod["containers"]
+    (path,) = re.findall(r"\$\(cat (/\S+)\)", " ".join(container["command"]))
+    assert mounted_secret(redis_pod, container, path) == ("dlfp-redis", "password")
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     (rule,) = by_kind["NetworkPolicy"]["spec"]["ingress"]
     (source,) = rule["from"]

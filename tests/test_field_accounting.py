@@ -4,7 +4,8 @@ A field is honoured (a field of the gateway's request model), refused unless sen
 its no-op value (marked ``Refused``), ignored as harmless (``IGNORED_REASONS``), or
 unknown to the gateway and so a 400 naming it (``UNKNOWN`` below). A field a later
 vLLM adds fails ``test_every_vllm_request_field_is_accounted_for`` until it is sorted
-into one of these.
+into one of these. So does a key of OpenAI's Responses function tool (vLLM takes the
+``openai`` package's), honoured or refused as ``tools.N.key``; any other is a 400.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from gateway.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     ResponsesRequest,
+    ResponsesTool,
     refused_fields,
 )
 from tests.http_helpers import fake_client
@@ -82,6 +84,27 @@ NOT_NO_OP: dict[str, Any] = {
 }
 """A value with an effect, for every refused field ("flip": the opposite of its default)."""
 
+TOOL_NOT_NO_OP: dict[str, Any] = {
+    "defer_loading": True,
+    "async": True,
+    "allowed_callers": ["programmatic"],
+    "output_schema": {"type": "object"},
+}
+"""The same for the refused keys of a ``/v1/responses`` function tool."""
+TOOL: dict[str, Any] = {"type": "function", "name": "add", "parameters": {"type": "object"}}
+
+
+def _tool_keys(model: type[BaseModel], names: set[str] | dict[str, Any]) -> set[str]:
+    """Field names as a body spells them (``async``, not ``async_``)."""
+    return {model.model_fields[name].alias or name for name in names}
+
+
+def _every_refused() -> set[str]:
+    """Every refused field, a tool's as ``tools.N.key``: what docs/api.md's table lists."""
+    top = {name for model in OURS.values() for name in refused_fields(model)}
+    tool = _tool_keys(ResponsesTool, refused_fields(ResponsesTool))
+    return top | {f"tools.N.{key}" for key in tool}
+
 
 def _vllm_models() -> dict[str, type[BaseModel]]:
     from vllm.entrypoints.openai.chat_completion import protocol as chat
@@ -121,10 +144,19 @@ def test_every_vllm_request_field_is_accounted_for() -> None:
         assert unknown <= set(theirs.model_fields), (endpoint, sorted(unknown))
 
 
+def test_every_openai_function_tool_key_is_accounted_for() -> None:
+    from openai.types.responses import FunctionTool
+
+    theirs = _tool_keys(FunctionTool, set(FunctionTool.model_fields))
+    ours = _tool_keys(ResponsesTool, set(ResponsesTool.model_fields))
+    assert theirs == ours
+
+
 def test_each_ignored_field_says_why_and_each_refused_one_has_a_test_value() -> None:
     assert all(reason.strip() for reason in IGNORED_REASONS.values())
     every_refused = {name for model in OURS.values() for name in refused_fields(model)}
     assert every_refused == set(NOT_NO_OP)
+    assert _tool_keys(ResponsesTool, refused_fields(ResponsesTool)) == set(TOOL_NOT_NO_OP)
 
 
 def _fields_section() -> str:
@@ -136,14 +168,13 @@ def _table_fields(section: str, header: str) -> set[str]:
     """The backquoted names in the first column of the table whose header is ``header``."""
     table = section.split(header, 1)[1].split("\n\n", 1)[0]
     rows = [line.split("|")[1] for line in table.splitlines()[2:] if line.startswith("|")]
-    return {name for row in rows for name in re.findall(r"`([a-z_]+)`", row)}
+    return {name for row in rows for name in re.findall(r"`([a-zA-Z_.]+)`", row)}
 
 
 def test_the_docs_tables_match_the_code() -> None:
     section = _fields_section()
     assert _table_fields(section, "| field | why it has no effect |") == set(IGNORED_REASONS)
-    every_refused = {name for model in OURS.values() for name in refused_fields(model)}
-    assert _table_fields(section, "| field | accepted | why it is refused |") == every_refused
+    assert _table_fields(section, "| field | accepted | why it is refused |") == _every_refused()
 
 
 @pytest.mark.parametrize("endpoint", list(OURS))
@@ -160,6 +191,25 @@ async def test_refused_fields_are_400_naming_them_unless_no_op(endpoint: str) ->
                 r = await client.post(PATHS[endpoint], json=BODIES[endpoint] | {name: no_op})
                 if r.status_code != 200:
                     wrong.append((name, "no-op", r.status_code, r.text[:200]))
+    assert wrong == []
+
+
+async def test_refused_function_tool_keys_are_400_naming_them_unless_no_op() -> None:
+    wrong = []
+    body = BODIES["responses"]
+    async with fake_client() as (client, _, _):
+        for name, marker in refused_fields(ResponsesTool).items():
+            field = ResponsesTool.model_fields[name]
+            key = field.alias or name
+            r = await client.post(
+                "/v1/responses", json=body | {"tools": [TOOL | {key: TOOL_NOT_NO_OP[key]}]}
+            )
+            if r.status_code != 400 or r.json()["error"]["param"] != f"tools.0.{key}":
+                wrong.append((key, "refused", r.status_code, r.text[:200]))
+            for no_op in (field.default, *marker.also):
+                r = await client.post("/v1/responses", json=body | {"tools": [TOOL | {key: no_op}]})
+                if r.status_code != 200:
+                    wrong.append((key, "no-op", r.status_code, r.text[:200]))
     assert wrong == []
 
 

@@ -17,6 +17,9 @@ class _Counted(RequestStream):
         delta = ChoiceDelta(index=0, text="x", token_ids=[self.sent])
         return GenerationChunk([delta], num_prompt_tokens=1, finished=self.sent == self.length)
 
+    async def first_output(self) -> bool:
+        return self.length > 0
+
     def _release(self) -> None:
         self.releases += 1
 

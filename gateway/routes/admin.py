@@ -8,6 +8,7 @@ controller's state: every GET reads it from the engine core.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable
 from typing import Annotated, Any, TypeVar
@@ -196,6 +197,7 @@ def _admission_view(gateway: GatewayState) -> dict[str, Any]:
             "fixed_latency_s": a.ttft_estimate.fixed_s,
             "requests_per_s": a.service_rate.value(a.limits.max_concurrent),
             "retry_after_s": a.retry_after_s(),
+            "startup_prior": None if a.prior is None else dataclasses.asdict(a.prior),
         },
     }
 
