@@ -86,13 +86,11 @@ def _has_token(chunk: dict[str, Any]) -> bool:
     return any((c.get("delta") or {}).get("content") or c.get("finish_reason") for c in choices)
 
 
-async def _stream(target: Target, body: bytes) -> StreamRecord:
+async def _stream(client: httpx.AsyncClient, body: bytes) -> StreamRecord:
     start = time.monotonic()
     record = StreamRecord(None)
     try:
-        async with target.client.stream(
-            "POST", CHAT, content=body, headers=JSON_HEADERS
-        ) as response:
+        async with client.stream("POST", CHAT, content=body, headers=JSON_HEADERS) as response:
             record.status, record.status_s = response.status_code, time.monotonic() - start
             record.retry_after = response.headers.get("retry-after")
             if response.status_code != 200:
@@ -123,8 +121,11 @@ async def _ttft_slo_ms(target: Target) -> tuple[float, str]:
     return target.options.ttft_slo_ms, "--ttft-slo-ms"
 
 
-async def burst_records(target: Target, num: int) -> tuple[list[StreamRecord], float, str]:
-    """``num`` streams sent at once; their records, and the TTFT objective with its source."""
+async def burst_records(
+    target: Target, num: int, clients: Sequence[httpx.AsyncClient] = ()
+) -> tuple[list[StreamRecord], float, str]:
+    """``num`` streams sent at once, by turns from ``clients`` (else the target's); their
+    records, and the TTFT objective with its source."""
     slo_ms, source = await _ttft_slo_ms(target)
     bodies = [
         target.chat(
@@ -133,7 +134,9 @@ async def burst_records(target: Target, num: int) -> tuple[list[StreamRecord], f
         for i in range(num)
     ]
     encoded = [json.dumps(body).encode() for body in bodies]
-    records = await asyncio.gather(*(_stream(target, body) for body in encoded))
+    senders = list(clients) or [target.client]
+    streams = (_stream(senders[i % len(senders)], body) for i, body in enumerate(encoded))
+    records = await asyncio.gather(*streams)
     return list(records), slo_ms, source
 
 

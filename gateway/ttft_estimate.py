@@ -85,7 +85,8 @@ class StartupPrior:
             decode_per_stream_s=max(0.0, per_decode),
             decode_per_context_s=max(0.0, per_10k_context) / 1e4,
         )
-        return prior if prior.per_token_s > 0 and prior.step_s(1, 0) > 0 else None
+        # NOTE: a fit may put a decode step's whole cost in its context term.
+        return prior if prior.per_token_s > 0 and prior.step_s(1, 1_000) > 0 else None
 
     def step_s(self, num_streams: int, context_tokens: float) -> float:
         """A decode-only step's time with ``num_streams`` decoding over ``context_tokens``."""

@@ -92,6 +92,10 @@ def test_the_prior_reads_the_fit() -> None:
     rate = prior.slots_per_s(4, 100, 500)
     assert rate == pytest.approx(4 / (steps * prior.step_s(4, 4 * (500 + steps / 2))))
     assert StartupPrior.from_coefficients([0.0] * NUM_FEATURES) is None
+    # A fit that puts a decode step's whole cost in its context term, as one on an AMD
+    # EPYC family 25 did (a negative intercept): still a prior.
+    context_only = StartupPrior.from_coefficients([-0.001, 0.026, 0.0, 0.131, 1.27, 0.87])
+    assert context_only is not None and context_only.step_s(32, 8_000) > 0.1
     assert StartupPrior.from_coefficients([1.0, 2.0]) is None
 
 
