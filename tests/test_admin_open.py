@@ -10,33 +10,17 @@ from typing import Any
 import pytest
 
 from gateway import server
-from gateway.server import logger, warn_if_admin_open, warn_if_api_open
+from gateway.server import logger as server_logger
+from gateway.server import warn_if_admin_open, warn_if_api_open
 from gateway.settings import Settings
 from tests.fakes import FakeEngine
-
-
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
+from tests.log_records import captured
 
 
 @pytest.fixture
 def records() -> Iterator[list[logging.LogRecord]]:
-    # NOTE: configure_logging() stops propagation to the root logger, so caplog
-    # would miss these records once any test has started a server in this test session.
-    handler = _Records()
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield handler.records
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+    with captured(server_logger) as records:
+        yield records
 
 
 def _settings(**values: Any) -> Settings:

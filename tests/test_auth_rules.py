@@ -15,9 +15,11 @@ import pytest
 from gateway import server
 from gateway.auth import is_local_client
 from gateway.cli import main
-from gateway.server import logger, warn_if_admin_open
+from gateway.server import logger as server_logger
+from gateway.server import warn_if_admin_open
 from gateway.settings import Settings
 from tests.http_helpers import fake_client
+from tests.log_records import captured
 
 
 def _settings(**values: Any) -> Settings:
@@ -101,28 +103,10 @@ def test_a_bad_trusted_proxy_stops_serve_with_one_line(
     assert "DLFP_TRUSTED_PROXIES" in err and value in err and "Traceback" not in err
 
 
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 @pytest.fixture
 def records() -> Iterator[list[logging.LogRecord]]:
-    # NOTE: configure_logging() stops propagation to the root logger, so caplog would
-    # miss these records once any test has started a server in this test run.
-    handler = _Records()
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield handler.records
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+    with captured(server_logger) as records:
+        yield records
 
 
 def test_trusted_proxies_without_a_token_warn_even_on_loopback(

@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 
 from gateway import server
+from gateway.server import logger as server_logger
 from gateway.settings import SECRET_VARIABLES, Settings
 from tests.fakes import FakeEngine
+from tests.log_records import captured
 
 Script = Callable[[server.GatewayServer, FakeEngine], Awaitable[None]]
 
@@ -30,27 +32,10 @@ class _StopCountsAsDeath(FakeEngine):
         self.kill()
 
 
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 @pytest.fixture
 def records() -> Iterator[list[logging.LogRecord]]:
-    # NOTE: configure_logging() stops propagation to the root logger, so caplog would
-    # miss these records once any test has started a server in this test run.
-    handler, level = _Records(), server.logger.level
-    server.logger.addHandler(handler)
-    server.logger.setLevel(logging.INFO)
-    try:
-        yield handler.records
-    finally:
-        server.logger.removeHandler(handler)
-        server.logger.setLevel(level)
+    with captured(server_logger) as records:
+        yield records
 
 
 async def _until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:

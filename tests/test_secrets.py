@@ -21,6 +21,7 @@ from gateway.cli import main
 from gateway.settings import SECRET_FIELDS, Settings, SettingsError
 from tests.fakes import FakeEngine
 from tests.http_helpers import fake_client
+from tests.log_records import captured
 
 SECRETS = {f"DLFP_{name.upper()}{suffix}" for name in SECRET_FIELDS for suffix in ("", "_FILE")}
 """Every variable that carries a secret or names its file."""
@@ -118,15 +119,6 @@ def test_an_empty_admin_token_is_refused_however_given(
     assert capsys.readouterr().err.count("admin_token") == 2
 
 
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 def _start_only(monkeypatch: pytest.MonkeyPatch, build: Callable[..., FakeEngine]) -> None:
     """``serve`` runs up to the server's run, which returns at once; ``build`` makes its
     engine."""
@@ -144,17 +136,9 @@ def test_empty_api_keys_and_metrics_token_files_are_open_and_logged(
     settings = _settings(host="0.0.0.0", device="cpu")
     assert settings.api_key_set() == frozenset() and settings.metrics_token is None
     _start_only(monkeypatch, lambda *args, **kwargs: FakeEngine())
-    # NOTE: configure_logging() stops propagation to the root logger, so caplog would
-    # miss these records once any test has started a server in this test run.
-    handler, level = _Records(), server.logger.level
-    server.logger.addHandler(handler)
-    server.logger.setLevel(logging.INFO)
-    try:
+    with captured(server.logger) as records:
         assert server.serve(settings) == 0
-    finally:
-        server.logger.removeHandler(handler)
-        server.logger.setLevel(level)
-    by_event = {r.__dict__.get("event"): r for r in handler.records}
+    by_event = {r.__dict__.get("event"): r for r in records}
     assert by_event["api_open"].levelno == logging.WARNING
     assert by_event["metrics_open"].levelno == logging.INFO
     assert "DLFP_METRICS_TOKEN" in by_event["metrics_open"].getMessage()
