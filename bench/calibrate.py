@@ -34,7 +34,7 @@ from bench.endpoint import bearer
 from bench.stats import ttft_s
 from bench.tokens import TokenCounter
 from bench.workload import RequestSpec, WorkloadConfig, make_prompt
-from engine_worker.cpu_features import (
+from engine_worker.client.cpu_features import (
     cpu_family_model,
     cpu_model_name,
     read_cpu_flags,

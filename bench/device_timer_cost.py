@@ -2,7 +2,7 @@
 
 In-process, with no engine: the worker's two calls of a step (``execute_model`` and
 ``sample_tokens``, here functions that return at once) run plain and wrapped by the
-device timer (``engine_worker.device_timer``, on ``time.perf_counter`` as on the CPU),
+device timer (``engine_worker.worker.device_timer``, on ``time.perf_counter`` as on the CPU),
 and the wrapped step also has its time read back from the shared-memory ring as the
 scheduler reads it (``StepRing.read``). The two run in alternating blocks, so the
 machine's drift falls on both alike; the figure is the median over blocks of the
@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.overhead import median_interval
-from engine_worker.cpu_features import cpu_family_model, cpu_model_name
-from engine_worker.device_timer import DeviceStepTimer, PerfCounterClock
-from engine_worker.step_ring import STEP_INDEX_ATTR, StepRing
+from engine_worker.client.cpu_features import cpu_family_model, cpu_model_name
+from engine_worker.contract.step_ring import STEP_INDEX_ATTR, StepRing
+from engine_worker.worker.device_timer import DeviceStepTimer, PerfCounterClock
 
 AIM_US = 50.0
 

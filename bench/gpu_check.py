@@ -443,7 +443,7 @@ def _host() -> dict[str, Any]:
 
 
 def handler(args: argparse.Namespace) -> int:
-    from engine_worker.device import detect_device
+    from engine_worker.client.device import detect_device
 
     device = args.device if args.device != "auto" else detect_device()
     if args.device == "auto" and device != "cuda":
@@ -452,7 +452,7 @@ def handler(args: argparse.Namespace) -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     if args.tokenizer_dir is None:
-        from engine_worker.embedded_model import ensure_embedded_model
+        from engine_worker.client.embedded_model import ensure_embedded_model
 
         args.tokenizer_dir = args.model or ensure_embedded_model()
     if args.model is not None:

@@ -51,9 +51,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.stats import percentile
-from engine_worker.cost_model import StepShape, chunk_attention
-from engine_worker.cpu_features import cpu_family_model, cpu_model_name
-from engine_worker.device_defaults import defaults_for
+from engine_worker.client.cpu_features import cpu_family_model, cpu_model_name
+from engine_worker.contract.device_defaults import defaults_for
+from engine_worker.controller.cost_model import StepShape, chunk_attention
 
 BASELINE = "vllm"
 ARMS = (BASELINE, "off", "dlfp", "dlfp-ct")
@@ -130,8 +130,8 @@ def build_scheduler(arm: str, policy: str, model_dir: Path, settings: Settings) 
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
 
-    from engine_worker.dlfp_config import ControllerMode, DLFPConfig
-    from engine_worker.scheduler import DLFPScheduler
+    from engine_worker.contract.dlfp_config import ControllerMode, DLFPConfig
+    from engine_worker.engine_core.scheduler import DLFPScheduler
 
     additional = {}
     if arm != BASELINE:
@@ -193,7 +193,7 @@ class ArmRun:
 
         self._runner_output_cls = ModelRunnerOutput
         if arm != BASELINE:
-            from engine_worker.controller import PrefillCapController
+            from engine_worker.controller.cap_controller import PrefillCapController
 
             scheduler.dlfp_controller = PrefillCapController.from_config(
                 scheduler.dlfp_config, clock=self.clock

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine_worker.device_defaults import defaults_for
+from engine_worker.contract.device_defaults import defaults_for
 
 
 @dataclass(frozen=True)

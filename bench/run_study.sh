@@ -19,7 +19,7 @@ PORT=${PORT:-8100}
 TOKEN=bench-admin-token
 OUT=${OUT:-$("$PY" -m bench.study_plan results "$STUDY")}
 source bench/lib.sh
-TOK=${TOKENIZER:-$("$PY" -c "from engine_worker.embedded_model import ensure_embedded_model as e; print(e())")}
+TOK=${TOKENIZER:-$("$PY" -c "from engine_worker.client.embedded_model import ensure_embedded_model as e; print(e())")}
 
 overrides=()
 [[ -n ${SEEDS:-} ]] && overrides+=(--seeds "$SEEDS")

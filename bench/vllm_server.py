@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from engine_worker.device_defaults import defaults_for
+from engine_worker.contract.device_defaults import defaults_for
 
 
 @dataclass(frozen=True)

@@ -1,62 +1,12 @@
-"""The gateway's one worker extension: methods the engine calls on every worker at start.
+"""The worker extension under the path operators have given in ``DLFP_ENGINE_ARGS``.
 
-vLLM appends the class named by ``parallel_config.worker_extension_cls`` to its
-worker's bases and reaches its methods through ``collective_rpc`` (one call, run
-by every worker). It serves two purposes:
-
-- ``dlfp_allocate_intermediate_tensors``: the receive buffer a later pipeline
-  stage needs on the CPU backend (``cpu_pipeline``), called only with stages;
-- ``dlfp_install_device_timer``: the device timer of each step (``device_timer``),
-  which writes to the gateway's shared-memory ring (``step_ring``), called always;
-- ``dlfp_guard_seeded_sampling``: keeps a seeded request's prefill in chunks from
-  failing a CPU worker (``seeded_sampling``), called on the CPU.
-
-The engine installs it unless the operator named an extension of their own; then
-none runs (device timing is unavailable and ``observation: device`` falls
-back to ``completion``).
+vLLM resolves ``worker_extension_cls`` in each worker process; this name keeps
+``engine_worker.worker_extension.DLFPWorkerExtension`` resolving to the class in
+``worker.worker_extension``, and the engine treats both paths as its own extension.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from engine_worker.worker.worker_extension import DLFPWorkerExtension
 
-EXTENSION_CLS = "engine_worker.worker_extension.DLFPWorkerExtension"
-ALLOCATE_METHOD = "dlfp_allocate_intermediate_tensors"
-INSTALL_TIMER_METHOD = "dlfp_install_device_timer"
-GUARD_SEEDED_METHOD = "dlfp_guard_seeded_sampling"
-
-
-class DLFPWorkerExtension:
-    """Mixed into vLLM's worker class (``parallel_config.worker_extension_cls``)."""
-
-    model_runner: Any
-
-    def dlfp_allocate_intermediate_tensors(self) -> bool:
-        """Make the receive buffer of a later stage; True if one was made."""
-        from engine_worker.cpu_pipeline import allocate_intermediate_tensors
-
-        return allocate_intermediate_tensors(self.model_runner)
-
-    def dlfp_install_device_timer(self, ring_name: str, num_slots: int) -> bool:
-        """Time this worker's steps into the ring; True if this worker writes them.
-
-        Only vLLM's output rank writes (``device_timer``): the first tensor-parallel
-        rank of the last pipeline stage.
-        """
-        from vllm.distributed.parallel_state import get_pp_group, get_tp_group
-
-        from engine_worker.device_timer import install
-        from engine_worker.step_ring import StepRing
-
-        if not get_pp_group().is_last_rank or get_tp_group().rank_in_group != 0:
-            return False
-        ring = StepRing.attach(ring_name, num_slots)
-        device = getattr(self.model_runner, "device", None)
-        install(self, ring, is_cuda=getattr(device, "type", "cpu") == "cuda")
-        return True
-
-    def dlfp_guard_seeded_sampling(self) -> None:
-        """Guard this worker's seeded generators through discarded samples (CPU only)."""
-        from engine_worker.seeded_sampling import install
-
-        install(self.model_runner)
+__all__ = ["DLFPWorkerExtension"]

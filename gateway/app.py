@@ -11,8 +11,8 @@ from dataclasses import asdict
 
 from fastapi import FastAPI
 
-from engine_worker.api import Engine
-from engine_worker.dlfp_config import DLFPConfig
+from engine_worker.contract.api import Engine
+from engine_worker.contract.dlfp_config import DLFPConfig
 from gateway.admission import Admission
 from gateway.body_guard import JSONBodyGuardMiddleware
 from gateway.client_shares import ClientShares

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from engine_worker.api import Engine
+from engine_worker.contract.api import Engine
 from gateway.auth import bearer_token, check_api_key, is_local_client, key_matches
 from gateway.errors import APIError
 from gateway.lifecycle import Lifecycle

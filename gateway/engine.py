@@ -1,4 +1,4 @@
-"""The one gateway module that reaches the vLLM engine (``engine_worker.engine``)."""
+"""The one gateway module that reaches the vLLM engine (``engine_worker.client.engine``)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine_worker.api import Engine
-from engine_worker.device import detect_device
-from engine_worker.device_defaults import defaults_for
-from engine_worker.dlfp_config import Device, DLFPConfig
+from engine_worker.client.device import detect_device
+from engine_worker.contract.api import Engine
+from engine_worker.contract.device_defaults import defaults_for
+from engine_worker.contract.dlfp_config import Device, DLFPConfig
 from gateway.settings import Settings
 
 EMBEDDED_MODEL_NAME = "smollm2-135m-instruct"
@@ -30,7 +30,7 @@ def build_engine(
     stat_loggers: list[Callable[..., Any]] | None = None,
 ) -> Engine:
     """The real engine for these settings; the model is resolved when it starts."""
-    from engine_worker.engine import EngineSpec, VLLMEngine
+    from engine_worker.client.engine import EngineSpec, VLLMEngine
 
     served = settings.served_model_name or (
         Path(settings.model).name if settings.model else EMBEDDED_MODEL_NAME

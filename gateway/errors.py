@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from engine_worker.api import EngineDeadError, EngineNotReadyError, InvalidRequestError
+from engine_worker.contract.api import EngineDeadError, EngineNotReadyError, InvalidRequestError
 from gateway.admission import AdmissionRejected, ClientDisconnected
 from gateway.response_store import StoreUnavailableError
 

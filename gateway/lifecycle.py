@@ -38,8 +38,13 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
-from engine_worker.api import ChoiceDelta, EngineDeadError, InvalidRequestError, SamplingOptions
-from engine_worker.tokenizer_guard import held_if
+from engine_worker.client.tokenizer_guard import held_if
+from engine_worker.contract.api import (
+    ChoiceDelta,
+    EngineDeadError,
+    InvalidRequestError,
+    SamplingOptions,
+)
 from gateway.admission import AdmissionRejected, ClientDisconnected, Reservation, Ticket
 from gateway.auth import bearer_token, client_id, key_matches
 from gateway.errors import APIError
@@ -298,8 +303,9 @@ def _reply_response(
     so run in a worker thread, and the route returns the body as it is."""
     # NOTE: vLLM's parsers read the tokenizer: the vocabulary when built (a parser is
     # built for each choice, here), and some decode or encode when parsing. So a reply
-    # read by parsers is built under the engine's tokenizer lock (engine_worker/tokenizer_guard.py;
-    # held while the reply is built, not while it is serialized).
+    # read by parsers is built under the engine's tokenizer lock
+    # (engine_worker/client/tokenizer_guard.py; held while the reply is built, not while it
+    # is serialized).
     with tokenizer_lock if fmt.has_parsers else contextlib.nullcontext():
         reply = fmt.reply(deltas, total)
     if isinstance(reply, ChatCompletion | Completion):
@@ -322,7 +328,7 @@ async def _events(
     stream: MeasuredStream, fmt: Formatter, tokenizer_lock: threading.Lock
 ) -> AsyncIterator[bytes]:
     """One event per engine delta that carries tokens or a finish reason. Parsers run
-    under the tokenizer lock (``engine_worker/tokenizer_guard.py``), never across a write."""
+    under the tokenizer lock (``engine_worker/client/tokenizer_guard.py``), never across a write."""
     try:
         for chunk in fmt.preamble():
             yield event(chunk)

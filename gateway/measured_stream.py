@@ -5,7 +5,7 @@ Admission's sample of the time to a first token is the engine's instead: taken w
 engine produced it (``RequestStream.first_output``), so a client that reads slowly, or
 not at all, delays its own stream and not the estimate every other request is judged by.
 ``aclose()`` is the one exit: it closes the engine stream (which aborts the engine
-request if unfinished: ``engine_worker.api.RequestStream``), frees the admission slot,
+request if unfinished: ``engine_worker.contract.api.RequestStream``), frees the admission slot,
 and has the meter record the outcome, once, however the request ended.
 """
 
@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
 
-from engine_worker.api import GenerationChunk, RequestStream, SamplingOptions
+from engine_worker.contract.api import GenerationChunk, RequestStream, SamplingOptions
 from gateway.admission import Ticket
 from gateway.request_meter import Outcome, RequestMeter
 from gateway.state import GatewayState

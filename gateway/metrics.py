@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
-from engine_worker.dlfp_config import Plan
+from engine_worker.contract.dlfp_config import Plan
 
 # Dense around the CPU and GPU ITL targets: every 10 ms from 10 to 200 ms.
 DEFAULT_ITL_BUCKETS_S: tuple[float, ...] = (

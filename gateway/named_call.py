@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from engine_worker.api import ChatOutput, OutputParser, ParsedOutput, ToolCallDelta
+from engine_worker.contract.api import ChatOutput, OutputParser, ParsedOutput, ToolCallDelta
 
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
 """The constraint for a function declared without ``parameters``."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from engine_worker.api import ChoiceDelta, OutputParser, ParsedOutput, ToolCallDelta
+from engine_worker.contract.api import ChoiceDelta, OutputParser, ParsedOutput, ToolCallDelta
 from gateway.errors import APIError, first_error
 from gateway.protocol import (
     AssistantMessage,

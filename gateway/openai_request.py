@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from engine_worker.api import ChatOutput, Engine, PromptTooLongError, SamplingOptions
+from engine_worker.contract.api import ChatOutput, Engine, PromptTooLongError, SamplingOptions
 from gateway.errors import APIError
 from gateway.named_call import named_call_output
 from gateway.openai_format import ChatFormatter, CompletionFormatter, Formatter
@@ -215,7 +215,7 @@ class _Input(Generic[BodyT]):
     def _within_context(self, engine: Engine, tokenize: Callable[[int], list[int]]) -> list[int]:
         """``tokenize(max_tokens)``, for the most tokens a prompt that fits may have (one
         is left to generate); a prompt whose prefix proves it longer is refused, having
-        tokenized a bounded prefix only (``engine_worker.prompt_prefix``)."""
+        tokenized a bounded prefix only (``engine_worker.client.prompt_prefix``)."""
         limit = engine.info.max_model_len
         try:
             return tokenize(limit - 1)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Literal
 
-from engine_worker.api import GenerationChunk
+from engine_worker.contract.api import GenerationChunk
 from gateway.admission import AdmissionRejected
 from gateway.errors import outcome_of
 from gateway.metrics import GatewayMetrics

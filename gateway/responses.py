@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from engine_worker.api import ChoiceDelta, Engine, OutputParser
+from engine_worker.contract.api import ChoiceDelta, Engine, OutputParser
 from gateway.errors import APIError, first_error
 from gateway.openai_format import ChatFormatter, Formatter, chat_logprobs
 from gateway.openai_request import ChatInput

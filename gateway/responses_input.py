@@ -20,7 +20,7 @@ MAX_JSON_DEPTH = 128
 """Nesting bound of a ``/v1/responses`` body's free-form JSON: each input item, a
 function call's ``arguments`` text, and a tool's ``parameters`` or ``text.format.schema``
 whatever ``DLFP_MAX_SCHEMA_DEPTH`` allows. Items are stored and read back as JSON,
-arguments parsed for the chat template (``engine_worker.output_parser``), schemas echoed
+arguments parsed for the chat template (``engine_worker.client.output_parser``), schemas echoed
 in the Response: pydantic serializes 255 levels at most, the interpreter's JSON codec
 about 1,000 less the stack in use, so past a bound a reply would fail after the whole
 generation. No client comes near it: an output item sent back as input nests 8."""

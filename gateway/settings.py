@@ -31,8 +31,8 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from engine_worker.device_defaults import defaults_for
-from engine_worker.dlfp_config import Device, DLFPConfig
+from engine_worker.contract.device_defaults import defaults_for
+from engine_worker.contract.dlfp_config import Device, DLFPConfig
 from gateway.admission import AdmissionLimits
 from gateway.errors import first_error
 

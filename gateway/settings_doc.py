@@ -18,8 +18,8 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
-from engine_worker.device_defaults import defaults_for
-from engine_worker.dlfp_config import DLFPConfig
+from engine_worker.contract.device_defaults import defaults_for
+from engine_worker.contract.dlfp_config import DLFPConfig
 from gateway.admission import AdmissionLimits
 from gateway.settings import ADMISSION_FIELDS, DLFP_FIELDS, Settings
 
@@ -51,7 +51,7 @@ booleans and numbers are read as their text."""
 DLFP_INTRO = """\
 ## Controller and SLO targets
 
-`DLFPConfig` in `engine_worker/dlfp_config.py`. The same fields, by the names in the first
+`DLFPConfig` in `engine_worker/contract/dlfp_config.py`. The same fields, by the names in the first
 column, make the `settings` object of `/admin/dlfp`, so each can also change while the
 gateway runs ([operations](operations.md#runtime-tuning-admindlfp)). A field left unset
 takes its device's default: the CPU column suits the embedded SmolLM2-135M on two cores,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from engine_worker.api import Engine
-from engine_worker.dlfp_config import DLFPConfig
+from engine_worker.contract.api import Engine
+from engine_worker.contract.dlfp_config import DLFPConfig
 from gateway.admission import Admission, AdmissionRejected
 from gateway.client_shares import ClientShares
 from gateway.engine_watch import EngineWatch

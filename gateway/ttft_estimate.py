@@ -24,7 +24,7 @@ requests are admitted, and their samples outweigh the old ones.
 
 Before anything is measured, ``StartupPrior`` stands in for both: the engine fits its
 step-cost model to a workload of its own before ``/ready`` turns 200
-(``engine_worker.startup_fit``), so a fresh gateway knows what a prefill token and a
+(``engine_worker.client.startup_fit``), so a fresh gateway knows what a prefill token and a
 decode step cost. Measured values take over as they come.
 """
 
@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from engine_worker.cost_model import NUM_FEATURES
+from engine_worker.controller.cost_model import NUM_FEATURES
 
 FRESH_WEIGHT = 1.0
 """Sample weight (recent samples count about 1 each) an estimate needs to refuse."""

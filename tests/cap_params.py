@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from engine_worker.controller_params import CapParams
-from engine_worker.dlfp_config import DLFPConfig
+from engine_worker.contract.dlfp_config import DLFPConfig
+from engine_worker.controller.params import CapParams
 
 
 def cap_params(**overrides: Any) -> CapParams:

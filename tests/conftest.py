@@ -264,7 +264,7 @@ def smollm_servers() -> Iterator[dict[str, Server]]:
     tiny-model gateway, they idled beside the Chromium dashboard test in runs where it
     timed out. Where the configured dtype resolves to float32 (an AVX2-only CPU, by
     default) one gateway is both; elsewhere the two start and stop together."""
-    from engine_worker.cpu_features import read_cpu_flags, resolve_dtype
+    from engine_worker.client.cpu_features import read_cpu_flags, resolve_dtype
 
     configured = resolve_dtype(os.environ.get("DLFP_DTYPE", "auto"), "cpu", read_cpu_flags())
     specs = {"smollm2-gateway": SMOLLM_ENV}

@@ -13,7 +13,8 @@ import threading
 import time
 from typing import Any
 
-from engine_worker.api import (
+from engine_worker.client.prompt_prefix import encode_within
+from engine_worker.contract.api import (
     ChatOutput,
     ChoiceDelta,
     EngineDeadError,
@@ -25,8 +26,7 @@ from engine_worker.api import (
     SamplingOptions,
     TokenLogprob,
 )
-from engine_worker.dlfp_config import DLFPConfig
-from engine_worker.prompt_prefix import encode_within
+from engine_worker.contract.dlfp_config import DLFPConfig
 
 BAD_GRAMMAR = "__bad_grammar__"
 VOCAB_SIZE = 1000
@@ -70,7 +70,7 @@ def schema_instance(schema: Any, defs: dict[str, Any] | None = None) -> Any:
 
 
 class FakeEngine:
-    """Implements ``engine_worker.api.Engine`` with canned output."""
+    """Implements ``engine_worker.contract.api.Engine`` with canned output."""
 
     def __init__(
         self,

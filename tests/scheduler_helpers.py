@@ -27,7 +27,7 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
-from engine_worker.dlfp_config import DLFPConfig
+from engine_worker.contract.dlfp_config import DLFPConfig
 
 BLOCK_SIZE = 16
 SAMPLED_TOKEN = 7

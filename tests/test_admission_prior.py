@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from engine_worker.cost_model import NUM_FEATURES
+from engine_worker.controller.cost_model import NUM_FEATURES
 from gateway.admission import Admission, AdmissionLimits, AdmissionRejected
 from gateway.ttft_estimate import MAX_TOKENS_DISCOUNT, StartupPrior
 from tests.fakes import FakeEngine

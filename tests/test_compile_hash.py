@@ -14,9 +14,13 @@ from typing import Any
 
 from vllm.config import VllmConfig
 
-from engine_worker.additional_config import DLFP_KEY, DLFPAdditionalConfig, read_dlfp_config
-from engine_worker.dlfp_config import ControllerMode, DLFPConfig
-from engine_worker.engine import EngineSpec, _engine_config
+from engine_worker.client.engine_args import EngineSpec, _engine_config
+from engine_worker.contract.additional_config import (
+    DLFP_KEY,
+    DLFPAdditionalConfig,
+    read_dlfp_config,
+)
+from engine_worker.contract.dlfp_config import ControllerMode, DLFPConfig
 
 TUNED = DLFPConfig(controller=ControllerMode.FIXED, itl_slo_ms=120.0)
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from engine_worker.controller import CapParams, ControllerState, PrefillCapController
-from engine_worker.dlfp_config import ControllerMode, DLFPConfig
+from engine_worker.contract.dlfp_config import ControllerMode, DLFPConfig
+from engine_worker.controller.cap_controller import CapParams, ControllerState, PrefillCapController
 from tests.cap_params import cap_params
 from tests.fake_clock import FakeClock
 
@@ -289,7 +289,7 @@ def test_quantise_rounds_then_clamps() -> None:
 
 def test_cap_leaves_the_lower_bound_when_one_update_is_under_half_a_step() -> None:
     """Regression: with min == step and gain 0.5, a quantised state never grew."""
-    from engine_worker.controller import PrefillCapController
+    from engine_worker.controller.cap_controller import PrefillCapController
 
     params = cap_params(
         target_ms=60_000.0,

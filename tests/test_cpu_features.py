@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_worker.cpu_features import (
+from engine_worker.client.cpu_features import (
     cpu_family_model,
     cpu_model_name,
     read_cpu_flags,

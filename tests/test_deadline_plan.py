@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from engine_worker.controller import CapParams, PrefillCapController
-from engine_worker.cost_model import StepShape, chunk_attention
+from engine_worker.controller.cap_controller import CapParams, PrefillCapController
+from engine_worker.controller.cost_model import StepShape, chunk_attention
 from tests.cap_params import cap_params
 from tests.toy_plant import ContextPlant
 

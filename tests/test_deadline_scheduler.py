@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from engine_worker.cost_model import StepShape, chunk_attention
-from engine_worker.dlfp_config import ControllerMode, DLFPConfig
-from engine_worker.scheduler import DLFPScheduler, DLFPSchedulerMixin
+from engine_worker.contract.dlfp_config import ControllerMode, DLFPConfig
+from engine_worker.controller.cost_model import StepShape, chunk_attention
+from engine_worker.engine_core.scheduler import DLFPScheduler, DLFPSchedulerMixin
 from tests.scheduler_helpers import build_scheduler, make_request, run_step
 
 

@@ -23,7 +23,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.routing import Route
 
-from engine_worker.embedded_model import SOURCE_DISTRIBUTION, SOURCE_VERSION
+from engine_worker.client.embedded_model import SOURCE_DISTRIBUTION, SOURCE_VERSION
 from gateway.server import CUT_GRACE_S, UVICORN_SHUTDOWN_S
 from gateway.settings import SECRET_FIELDS, Settings
 from tests.conftest import Server

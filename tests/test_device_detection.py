@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from engine_worker.engine import MULTIPROC_METHOD_ENV, _spawn_engine_processes
+from engine_worker.client.engine_args import MULTIPROC_METHOD_ENV, _spawn_engine_processes
 
 ROOT = Path(__file__).resolve().parent.parent
 H100 = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-6b3c1f2e-9a4d-4e0b-8f51-2d7c0a9e4b13)"
 PROBE = """
 import json, sys
-import engine_worker.device as device
+import engine_worker.client.device as device
 from gateway.engine import resolve_device
 from gateway.settings import Settings
 

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from engine_worker.controller import PrefillCapController
-from engine_worker.cost_model import StepShape, chunk_attention
-from engine_worker.device_defaults import defaults_for
-from engine_worker.device_timer import DeviceStepTimer, install
-from engine_worker.dlfp_config import DLFPConfig, Observation
-from engine_worker.host_share import HostShareWindow
-from engine_worker.step_ring import STEP_INDEX_ATTR, StepRing
+from engine_worker.contract.device_defaults import defaults_for
+from engine_worker.contract.dlfp_config import DLFPConfig, Observation
+from engine_worker.contract.step_ring import STEP_INDEX_ATTR, StepRing
+from engine_worker.controller.cap_controller import PrefillCapController
+from engine_worker.controller.cost_model import StepShape, chunk_attention
+from engine_worker.controller.host_share import HostShareWindow
+from engine_worker.worker.device_timer import DeviceStepTimer, install
 from tests.cap_params import cap_params
 from tests.fake_clock import FakeClock
 from tests.toy_plant import ContextPlant

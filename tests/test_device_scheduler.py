@@ -11,9 +11,9 @@ import pytest
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from engine_worker.dlfp_config import ControllerMode, DLFPConfig, Observation
-from engine_worker.scheduler import DLFPScheduler, DLFPSchedulerMixin
-from engine_worker.step_ring import STEP_INDEX_ATTR, StepRing
+from engine_worker.contract.dlfp_config import ControllerMode, DLFPConfig, Observation
+from engine_worker.contract.step_ring import STEP_INDEX_ATTR, StepRing
+from engine_worker.engine_core.scheduler import DLFPScheduler, DLFPSchedulerMixin
 from tests.scheduler_helpers import make_request, run_step
 
 pytestmark = pytest.mark.engine

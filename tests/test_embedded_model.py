@@ -18,7 +18,7 @@ from typing import Any
 import openai
 import pytest
 
-from engine_worker.cpu_features import read_cpu_flags, reported_features, resolve_dtype
+from engine_worker.client.cpu_features import read_cpu_flags, reported_features, resolve_dtype
 from tests.conftest import Server
 from tests.engine_helpers import admin
 from tests.test_engine_tools import named_round_trip

@@ -216,9 +216,9 @@ def test_template_and_tokenizer_errors_are_invalid_requests(tiny_model_dir: Path
 
     from transformers import AutoTokenizer
 
-    from engine_worker.api import InvalidRequestError
-    from engine_worker.dlfp_config import DLFPConfig
-    from engine_worker.engine import EngineSpec, VLLMEngine
+    from engine_worker.client.engine import EngineSpec, VLLMEngine
+    from engine_worker.contract.api import InvalidRequestError
+    from engine_worker.contract.dlfp_config import DLFPConfig
 
     spec = EngineSpec(str(tiny_model_dir), "tiny", "cpu", 256, 256, 4, "float32", DLFPConfig())
     engine = VLLMEngine(spec)
@@ -238,7 +238,7 @@ def test_a_seeded_request_prefilled_in_chunks_keeps_the_engine_and_its_stream(
 ) -> None:
     """A seeded long prompt prefilled in 16-token chunks beside a decoding stream: vLLM
     winds the seeded generator back after each discarded sample, which a CPU generator
-    cannot do (``engine_worker/seeded_sampling.py``). The engine lives, and the sampled
+    cannot do (``engine_worker/worker/seeded_sampling.py``). The engine lives, and the sampled
     text is the one the same request gets when its prompt is prefilled at once."""
     before = admin(gateway_server, "GET").json()["settings"]
     prompt = long_prompt(4242, 1500)

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from engine_worker.api import InvalidRequestError, SamplingOptions
-from engine_worker.dlfp_config import DLFPConfig
-from engine_worker.engine import EngineSpec, VLLMEngine
+from engine_worker.client.engine import EngineSpec, VLLMEngine
+from engine_worker.contract.api import InvalidRequestError, SamplingOptions
+from engine_worker.contract.dlfp_config import DLFPConfig
 
 pytestmark = pytest.mark.engine
 

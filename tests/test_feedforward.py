@@ -12,8 +12,13 @@ from dataclasses import replace
 
 import pytest
 
-from engine_worker.controller import CapParams, PrefillCapController
-from engine_worker.cost_model import StepCostModel, StepShape, chunk_attention, plan_prefill
+from engine_worker.controller.cap_controller import CapParams, PrefillCapController
+from engine_worker.controller.cost_model import (
+    StepCostModel,
+    StepShape,
+    chunk_attention,
+    plan_prefill,
+)
 from tests.cap_params import cap_params
 from tests.toy_plant import ContextPlant
 

@@ -234,8 +234,8 @@ async def test_ignored_fields_are_accepted(endpoint: str) -> None:
 
 
 def test_honoured_fields_reach_vllms_sampling_params() -> None:
-    from engine_worker.api import SamplingOptions
-    from engine_worker.engine import _sampling_params
+    from engine_worker.client.request_stream import _sampling_params
+    from engine_worker.contract.api import SamplingOptions
 
     options = SamplingOptions(
         max_tokens=8,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engine_worker.api import ChatOutput, InvalidRequestError
-from engine_worker.grammar_check import GrammarVetter, short_message
+from engine_worker.client.grammar_check import GrammarVetter, short_message
+from engine_worker.contract.api import ChatOutput, InvalidRequestError
 from tests.fakes import BAD_GRAMMAR, FakeEngine
 from tests.http_helpers import fake_client
 

@@ -1,12 +1,21 @@
-"""Imports flow one way: every engine_worker module but a short vLLM-facing list is pure,
-the HTTP layer reaches vLLM only through gateway/engine.py, and bench only lazily."""
+"""Imports flow one way, and the engine side's folders say which process a module runs in.
+
+``controller/`` is the standard library only; ``contract/`` imports no vLLM; the HTTP
+layer reaches vLLM only through ``gateway/engine.py`` and ``engine_worker/client``; and
+nothing of ``engine_core/`` or ``worker/`` is ever imported into the gateway process.
+"""
 
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+ENGINE_WORKER = ROOT / "engine_worker"
+SUBPACKAGES = ("client", "contract", "controller", "engine_core", "worker")
 
 
 def _imports(path: Path) -> set[str]:
@@ -22,53 +31,112 @@ def _imports(path: Path) -> set[str]:
 def _offenders(files: list[Path], forbidden: tuple[str, ...]) -> dict[str, list[str]]:
     found = {}
     for path in files:
-        bad = sorted(n for n in _imports(path) if n.split(".")[0] in forbidden or n in forbidden)
+        bad = sorted(
+            n for n in _imports(path) if any(n == f or n.startswith(f + ".") for f in forbidden)
+        )
         if bad:
             found[str(path.relative_to(ROOT))] = bad
     return found
 
 
-VLLM_FACING = frozenset(
-    {
-        "engine.py",
-        "scheduler.py",
-        "channel.py",
-        "worker_extension.py",
-        "cpu_pipeline.py",
-        "device_timer.py",
-        "output_parser.py",
-        "embedded_model.py",
-        "startup_fit.py",
+def _package(name: str) -> list[Path]:
+    return sorted((ENGINE_WORKER / name).rglob("*.py"))
+
+
+def test_every_engine_worker_module_lives_in_the_folder_of_its_process() -> None:
+    loose = {p.name for p in ENGINE_WORKER.glob("*.py")}
+    assert loose == {"__init__.py", "worker_extension.py"}  # the second: an older path
+    for name in SUBPACKAGES:
+        assert ast.get_docstring(ast.parse((ENGINE_WORKER / name / "__init__.py").read_text()))
+
+
+def test_the_controller_imports_the_standard_library_only() -> None:
+    files = _package("controller")
+    assert {"cap_controller.py", "cost_model.py", "margin.py", "params.py"} <= {
+        p.name for p in files
     }
-)
-"""The engine_worker modules that may import vLLM or torch; every other one is pure."""
-
-
-def test_every_other_engine_worker_module_imports_neither_vllm_nor_fastapi() -> None:
-    modules = sorted((ROOT / "engine_worker").glob("*.py"))
-    names = {p.name for p in modules}
-    assert names >= VLLM_FACING, VLLM_FACING - names  # the allowlist names real modules
-    pure = [p for p in modules if p.name not in VLLM_FACING]
-    assert {"controller.py", "cost_model.py", "margin.py", "dlfp_config.py"} <= {
-        p.name for p in pure
+    outside = {
+        str(p.relative_to(ROOT)): sorted(
+            n
+            for n in _imports(p)
+            if n.split(".")[0] not in sys.stdlib_module_names
+            and not n.startswith("engine_worker.controller")
+        )
+        for p in files
     }
-    assert _offenders(pure, ("vllm", "fastapi", "starlette", "torch")) == {}
+    assert {path: names for path, names in outside.items() if names} == {}
 
 
-def test_gateway_reaches_vllm_only_through_its_engine_module() -> None:
-    files = [
-        p
-        for p in (ROOT / "gateway").rglob("*.py")
-        if p.name != "engine.py" or p.parent.name != "gateway"
-    ]
+def test_the_contract_imports_no_vllm_and_no_process_of_its_own() -> None:
     forbidden = (
         "vllm",
         "torch",
-        "engine_worker.engine",
-        "engine_worker.scheduler",
-        "engine_worker.channel",
+        "fastapi",
+        "starlette",
+        "engine_worker.client",
+        "engine_worker.engine_core",
+        "engine_worker.worker",
     )
-    assert _offenders(files, forbidden) == {}
+    assert _offenders(_package("contract"), forbidden) == {}
+
+
+def test_the_client_never_imports_the_engine_core_or_the_workers() -> None:
+    forbidden = ("engine_worker.engine_core", "engine_worker.worker", "engine_worker.controller")
+    assert _offenders(_package("client"), forbidden) == {}
+
+
+def test_the_worker_imports_neither_the_gateway_nor_the_engine_core() -> None:
+    forbidden = ("engine_worker.client", "engine_worker.engine_core", "gateway", "fastapi")
+    assert _offenders(_package("worker"), forbidden) == {}
+
+
+def test_gateway_reaches_vllm_only_through_its_engine_module() -> None:
+    """Only ``gateway/engine.py`` builds the engine client (lazily); other gateway modules
+    may use the client's plain helpers (the tokenizer lock), never vLLM itself."""
+    forbidden = ("vllm", "torch", "engine_worker.engine_core", "engine_worker.worker")
+    gateway = sorted((ROOT / "gateway").rglob("*.py"))
+    assert _offenders(gateway, forbidden) == {}
+    others = [p for p in gateway if p != ROOT / "gateway" / "engine.py"]
+    assert _offenders(others, ("engine_worker.client.engine",)) == {}
+
+
+def _loaded_in_fresh_interpreter(code: str) -> list[str]:
+    script = code + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    loaded: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+def test_the_gateway_process_loads_nothing_of_the_engine_core_or_the_workers() -> None:
+    loaded = _loaded_in_fresh_interpreter(
+        "import gateway.app, gateway.engine, engine_worker.client.engine"
+    )
+    assert "engine_worker.client.engine" in loaded
+    assert [
+        m for m in loaded if m.startswith(("engine_worker.engine_core", "engine_worker.worker"))
+    ] == []
+
+
+def test_the_controller_loads_no_pydantic_and_no_vllm() -> None:
+    loaded = _loaded_in_fresh_interpreter(
+        "import engine_worker.controller, engine_worker.controller.cap_controller"
+    )
+    assert [m for m in loaded if m.split(".")[0] in ("pydantic", "vllm", "torch")] == []
+
+
+def test_the_names_the_gateway_gives_vllm_name_the_classes() -> None:
+    """The worker extension's path and method names, as the client spells them
+    (``contract.engine_hooks``), resolve in a worker (no vLLM needed to import it)."""
+    from engine_worker.contract import engine_hooks
+    from engine_worker.worker.worker_extension import DLFPWorkerExtension
+
+    for path in engine_hooks.WORKER_EXTENSION_ALIASES:
+        module, _, name = path.rpartition(".")
+        assert getattr(__import__(module, fromlist=[name]), name) is DLFPWorkerExtension
+    for method in ("ALLOCATE_METHOD", "INSTALL_TIMER_METHOD", "GUARD_SEEDED_METHOD"):
+        assert callable(getattr(DLFPWorkerExtension, getattr(engine_hooks, method)))
 
 
 def test_gateway_imports_bench_only_lazily_in_the_bench_command() -> None:

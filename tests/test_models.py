@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from engine_worker import embedded_model
-from engine_worker.embedded_model import (
+from engine_worker.client import embedded_model
+from engine_worker.client.embedded_model import (
     MARKER_NAME,
     MODEL_DIR_NAME,
     default_cache_dir,
@@ -160,7 +160,7 @@ def test_embedded_real_conversion() -> None:
     assert "<tool_call>" in (model_dir / "chat_template.jinja").read_text()
     # A cache hit must not pay for torch or transformers.
     code = (
-        "import sys; from engine_worker.embedded_model import ensure_embedded_model as e; "
+        "import sys; from engine_worker.client.embedded_model import ensure_embedded_model as e; "
         f"assert str(e()) == {str(model_dir)!r}; "
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules"
     )

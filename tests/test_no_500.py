@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from engine_worker.api import ChatOutput, ParsedOutput, ToolCallDelta
-from engine_worker.output_parser import _compact
+from engine_worker.client.output_parser import _compact
+from engine_worker.contract.api import ChatOutput, ParsedOutput, ToolCallDelta
 from gateway.errors import APIError
 from tests.fakes import FakeEngine
 from tests.http_helpers import fake_client, sse_json

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from engine_worker.controller import PrefillCapController
-from engine_worker.dlfp_config import DLFPConfig, Observation
-from engine_worker.engine import _bind_cpu_workers, _honour_async_scheduling
-from engine_worker.step_timing import StepRecord, StepTimeline
+from engine_worker.client.engine_args import _bind_cpu_workers, _honour_async_scheduling
+from engine_worker.contract.dlfp_config import DLFPConfig, Observation
+from engine_worker.controller.cap_controller import PrefillCapController
+from engine_worker.controller.step_timing import StepRecord, StepTimeline
 from gateway.settings import Settings
 from tests.cap_params import cap_params
 from tests.fake_clock import FakeClock

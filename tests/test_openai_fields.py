@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from engine_worker.api import ChatOutput, ParsedOutput, ToolCallDelta
+from engine_worker.contract.api import ChatOutput, ParsedOutput, ToolCallDelta
 from gateway.protocol import IGNORED_FIELDS, EngineFields
 from tests.fakes import FakeEngine
 from tests.http_helpers import fake_client, sse_json

@@ -1,4 +1,4 @@
-"""vLLM's parsers behind engine_worker.output_parser, on canned output (quick tier).
+"""vLLM's parsers behind engine_worker.client.output_parser, on canned output (quick tier).
 
 The text is fixed, so these need no engine: only the tiny model's tokenizer and
 vLLM's parser classes, as the real engine composes them.
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from engine_worker.api import ParsedOutput
-from engine_worker.output_parser import chat_output, parser_class, template_messages
+from engine_worker.client.output_parser import chat_output, parser_class, template_messages
+from engine_worker.contract.api import ParsedOutput
 from tests.tiny_model import make_tiny_model
 
 WEATHER = {

@@ -13,9 +13,9 @@ from collections.abc import Callable
 import pytest
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from engine_worker.dlfp_config import ControllerMode, DLFPConfig, PrefillOrder
-from engine_worker.prefill_order import MAX_HELD_STEPS, Candidate, select
-from engine_worker.scheduler import DLFPAsyncScheduler, DLFPScheduler
+from engine_worker.contract.dlfp_config import ControllerMode, DLFPConfig, PrefillOrder
+from engine_worker.engine_core.prefill_order import MAX_HELD_STEPS, Candidate, select
+from engine_worker.engine_core.scheduler import DLFPAsyncScheduler, DLFPScheduler
 from tests.scheduler_helpers import make_request, run_step
 from tests.test_scheduler import decoding_ids
 

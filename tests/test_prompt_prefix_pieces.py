@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine_worker.api import PromptTooLongError
-from engine_worker.embedded_model import ensure_embedded_model
-from engine_worker.engine import prefix_cut, token_bound
-from engine_worker.prompt_prefix import CHARS_PER_TOKEN, GROWTH, SLACK_TOKENS, encode_within
+from engine_worker.client.embedded_model import ensure_embedded_model
+from engine_worker.client.prompt_prefix import CHARS_PER_TOKEN, GROWTH, SLACK_TOKENS, encode_within
+from engine_worker.client.templating import prefix_cut, token_bound
+from engine_worker.contract.api import PromptTooLongError
 
 pytestmark = pytest.mark.engine
 

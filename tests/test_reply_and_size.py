@@ -17,20 +17,20 @@ from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
-from engine_worker.api import (
+from engine_worker.client.prompt_prefix import (
+    CHARS_PER_TOKEN,
+    SLACK_TOKENS,
+    class_bound,
+    cut_before_space,
+    encode_within,
+)
+from engine_worker.contract.api import (
     ChatOutput,
     ChoiceDelta,
     ParsedOutput,
     PromptTooLongError,
     TokenLogprob,
     ToolCallDelta,
-)
-from engine_worker.prompt_prefix import (
-    CHARS_PER_TOKEN,
-    SLACK_TOKENS,
-    class_bound,
-    cut_before_space,
-    encode_within,
 )
 from gateway.lifecycle import _reply_response
 from gateway.openai_format import ChatFormatter, CompletionFormatter, Formatter
@@ -315,7 +315,7 @@ def test_a_one_piece_text_is_refused_by_its_bound_before_any_tokenizing(
     piece that no prefix can cut, is refused without tokenizing anything."""
     from transformers import AutoTokenizer
 
-    from engine_worker.engine import token_bound
+    from engine_worker.client.templating import token_bound
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     bound = token_bound(tokenizer)

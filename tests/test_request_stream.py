@@ -1,8 +1,8 @@
-"""``RequestStream``: the one way an engine request ends early (engine_worker/api.py)."""
+"""``RequestStream``: the one way an engine request ends early (engine_worker/contract/api.py)."""
 
 from __future__ import annotations
 
-from engine_worker.api import ChoiceDelta, GenerationChunk, RequestStream
+from engine_worker.contract.api import ChoiceDelta, GenerationChunk, RequestStream
 
 
 class _Counted(RequestStream):

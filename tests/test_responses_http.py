@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from engine_worker.api import ChatOutput
+from engine_worker.contract.api import ChatOutput
 from tests.fakes import FakeEngine
 from tests.http_helpers import fake_client, sse_json
 from tests.test_openai_fields import _CannedParser

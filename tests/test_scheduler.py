@@ -21,13 +21,13 @@ from vllm.v1.engine import EngineCoreOutputs, UtilityOutput
 from vllm.v1.engine.core import EngineCore, EngineCoreProc
 from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder, UtilityResult
 
-from engine_worker import scheduler as dlfp_scheduler
-from engine_worker.dlfp_config import ControllerMode, DLFPConfig, PrefillOrder
-from engine_worker.scheduler import (
+from engine_worker.contract.dlfp_config import ControllerMode, DLFPConfig, PrefillOrder
+from engine_worker.contract.engine_hooks import scheduler_cls_name
+from engine_worker.engine_core import scheduler as dlfp_scheduler
+from engine_worker.engine_core.scheduler import (
     DLFPAsyncScheduler,
     DLFPScheduler,
     DLFPSchedulerMixin,
-    scheduler_cls_name,
 )
 from tests.scheduler_helpers import (
     make_request,
@@ -226,8 +226,10 @@ def test_engine_core_utilities_reject_a_plain_scheduler(build: Callable[..., Sch
 
 
 def test_scheduler_cls_name_resolves() -> None:
-    assert scheduler_cls_name(False) == "engine_worker.scheduler.DLFPScheduler"
-    assert scheduler_cls_name(True) == "engine_worker.scheduler.DLFPAsyncScheduler"
+    assert scheduler_cls_name(False) == "engine_worker.engine_core.scheduler.DLFPScheduler"
+    assert scheduler_cls_name(True) == "engine_worker.engine_core.scheduler.DLFPAsyncScheduler"
+    for cls in (DLFPScheduler, DLFPAsyncScheduler):  # the gateway's strings name the classes
+        assert scheduler_cls_name(cls is DLFPAsyncScheduler) == f"{cls.__module__}.{cls.__name__}"
 
 
 def test_a_cap_beyond_the_budget_less_the_decodes_is_warned_of(

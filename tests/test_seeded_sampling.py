@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine_worker.seeded_sampling import guarded
+from engine_worker.worker.seeded_sampling import guarded
 
 
 def fake_runner(generators: dict[int, torch.Generator], discard: list[bool]) -> Any:

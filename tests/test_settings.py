@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_worker.dlfp_config import DLFPConfig
+from engine_worker.contract.dlfp_config import DLFPConfig
 from gateway.admission import AdmissionLimits
 from gateway.cli import build_parser, main
 from gateway.settings import Settings

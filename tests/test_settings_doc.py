@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engine_worker.device_defaults import defaults_for
-from engine_worker.dlfp_config import DLFPConfig
+from engine_worker.contract.device_defaults import defaults_for
+from engine_worker.contract.dlfp_config import DLFPConfig
 from gateway.admission import AdmissionLimits
 from gateway.cli import main
 from gateway.settings import Settings

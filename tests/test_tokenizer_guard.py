@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from engine_worker.tokenizer_guard import held, held_if
+from engine_worker.client.tokenizer_guard import held, held_if
 
 
 async def test_a_free_lock_is_taken_and_given_back() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from engine_worker.cost_model import StepShape
+from engine_worker.controller.cost_model import StepShape
 
 
 @dataclass

@@ -36,9 +36,9 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from engine_worker.controller import CapParams, PrefillCapController
-from engine_worker.device_defaults import defaults_for
-from engine_worker.step_timing import StepRecord
+from engine_worker.contract.device_defaults import defaults_for
+from engine_worker.controller.cap_controller import CapParams, PrefillCapController
+from engine_worker.controller.step_timing import StepRecord
 
 TARGET_MS = 80.0
 PARAMS = CapParams.from_config(

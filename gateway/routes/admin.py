@@ -16,9 +16,9 @@ from typing import Annotated, Any, TypeVar
 from fastapi import APIRouter, Body, Query, Request
 from pydantic import ValidationError
 
-from engine_worker.api import EngineDeadError, EngineNotReadyError, InvalidRequestError
-from engine_worker.controller_params import STATE_KEYS
-from engine_worker.dlfp_config import DLFPConfig
+from engine_worker.contract.api import EngineDeadError, EngineNotReadyError, InvalidRequestError
+from engine_worker.contract.dlfp_config import DLFPConfig
+from engine_worker.controller.params import STATE_KEYS
 from gateway.admission import AdmissionLimits
 from gateway.deps import AdminDep, GatewayDep
 from gateway.errors import APIError, ErrorResponse, first_error

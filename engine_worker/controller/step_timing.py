@@ -33,7 +33,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from engine_worker.cost_model import StepShape
+from engine_worker.controller.cost_model import StepShape
 
 
 def _to_ms(seconds: float | None) -> float | None:

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engine_worker.step_ring import STEP_INDEX_ATTR, StepRing
+from engine_worker.contract.step_ring import STEP_INDEX_ATTR, StepRing
 
 _TIMER_ATTR = "_dlfp_device_timer"
 """Where an installed timer sits on the worker (the install is idempotent)."""

@@ -39,7 +39,7 @@ import re
 import string
 from collections.abc import Callable, Iterable
 
-from engine_worker.api import PromptTooLongError
+from engine_worker.contract.api import PromptTooLongError
 
 CHARS_PER_TOKEN = 8
 """The first prefix's characters per token of the limit: twice what English averages,

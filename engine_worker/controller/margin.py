@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from engine_worker.sliding_window import SlidingWindow
+from engine_worker.controller.sliding_window import SlidingWindow
 
 MARGIN_WINDOW_STEPS = 128
 """Mixed steps whose observed/predicted ratio the quantile is taken over."""

@@ -1,17 +1,16 @@
 """The controller's interface: its parameters (checked) and a read-only view of its state.
 
-Pure Python, like ``controller``: ``DLFPConfig`` (pydantic) is the one place the
-settings, their enums and their defaults are declared; ``CapParams.from_config`` copies them
-into a plain checked dataclass the controller runs on.
+Standard library only, like the rest of ``controller``: ``DLFPConfig`` (pydantic, in
+``contract``) is the one place the settings, their enums and their defaults are declared;
+``CapParams.from_config`` copies them, by name, into a plain dataclass the controller runs
+on, without importing the model.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Any
-
-from engine_worker.dlfp_config import DLFPConfig
+from typing import Any, Protocol
 
 AUTO_TARGET_SLO_FRACTION = 0.6
 """An ``auto`` target is at least this share of the ITL objective ..."""
@@ -20,6 +19,12 @@ AUTO_TARGET_DECODE_MULTIPLE = 2.0
 MIN_ALLOWANCE = 0.25
 MAX_ALLOWANCE = 2.0
 """Bounds of the feed-forward allowance (a factor on the target the model plans for)."""
+
+
+class SettingsModel(Protocol):
+    """A validated settings model (``contract.dlfp_config.DLFPConfig``), read by field name."""
+
+    def model_dump(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -50,23 +55,25 @@ class CapParams:
     """Deadline plan: a prefill past arrival + this gets at least ``min_cap_tokens``."""
 
     @classmethod
-    def from_config(cls, config: DLFPConfig) -> CapParams:
+    def from_config(cls, config: SettingsModel) -> CapParams:
         """The settings as ``DLFPConfig`` checked them: no second check here."""
+        values = config.model_dump()
+        target_ms = values["target_ms"]
         return cls(
-            mode=str(config.controller),
-            target_ms=None if config.target_ms == "auto" else float(config.target_ms),
-            gain=config.gain,
-            initial_cap_tokens=config.initial_cap_tokens,
-            min_cap_tokens=config.min_cap_tokens,
-            max_cap_tokens=config.max_cap_tokens,
-            step_tokens=config.step_tokens,
-            fixed_cap_tokens=config.fixed_cap_tokens,
-            feedforward=config.feedforward,
-            itl_slo_ms=config.itl_slo_ms,
-            observation=str(config.observation),
-            plan=str(config.plan),
-            margin_quantile=config.margin_quantile,
-            ttft_slo_ms=config.ttft_slo_ms,
+            mode=str(values["controller"]),
+            target_ms=None if target_ms == "auto" else float(target_ms),
+            gain=values["gain"],
+            initial_cap_tokens=values["initial_cap_tokens"],
+            min_cap_tokens=values["min_cap_tokens"],
+            max_cap_tokens=values["max_cap_tokens"],
+            step_tokens=values["step_tokens"],
+            fixed_cap_tokens=values["fixed_cap_tokens"],
+            feedforward=values["feedforward"],
+            itl_slo_ms=values["itl_slo_ms"],
+            observation=str(values["observation"]),
+            plan=str(values["plan"]),
+            margin_quantile=values["margin_quantile"],
+            ttft_slo_ms=values["ttft_slo_ms"],
         )
 
     def clamp(self, tokens: float) -> int:

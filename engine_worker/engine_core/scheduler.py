@@ -4,11 +4,12 @@
 ``DLFPAsyncScheduler`` extends ``AsyncScheduler``, both through one mixin that
 only sets two knobs around ``super().schedule()`` and times completions in
 ``update_from_output``. Pick the class with ``scheduler_cls_name`` once the
-``VllmConfig`` exists (the platform has the last word on async scheduling).
+``VllmConfig`` exists (the platform has the last word on async scheduling;
+``contract.engine_hooks``).
 
 The initial settings come from ``vllm_config.additional_config``
 (``additional_config.read_dlfp_config``; absent = defaults). Importing this module installs
-the ``dlfp_*`` utility methods on vLLM's ``EngineCore`` (see ``channel``); vLLM
+the ``dlfp_*`` utility methods on vLLM's ``EngineCore`` (see ``utilities``); vLLM
 imports it inside the engine-core process when it resolves ``scheduler_cls``.
 """
 
@@ -28,12 +29,13 @@ from vllm.v1.engine import EngineCoreOutputs
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 
-from engine_worker import channel
-from engine_worker.additional_config import read_dlfp_config
-from engine_worker.controller import PrefillCapController
-from engine_worker.cost_model import StepShape, chunk_attention
-from engine_worker.dlfp_config import ControllerMode, DLFPConfig, Observation, PrefillOrder
-from engine_worker.prefill_order import (
+from engine_worker.contract.additional_config import read_dlfp_config
+from engine_worker.contract.dlfp_config import ControllerMode, DLFPConfig, Observation, PrefillOrder
+from engine_worker.contract.step_ring import STEP_INDEX_ATTR, StepRing
+from engine_worker.controller.cap_controller import PrefillCapController
+from engine_worker.controller.cost_model import StepShape, chunk_attention
+from engine_worker.controller.step_timing import StepRecord
+from engine_worker.engine_core.prefill_order import (
     MAX_HELD_STEPS,
     Candidate,
     Selection,
@@ -41,8 +43,7 @@ from engine_worker.prefill_order import (
     restore_order,
     select,
 )
-from engine_worker.step_ring import STEP_INDEX_ATTR, StepRing
-from engine_worker.step_timing import StepRecord
+from engine_worker.engine_core.utilities import install_engine_core_utilities
 
 logger = init_logger(__name__)
 
@@ -401,7 +402,7 @@ class DLFPSchedulerMixin(Scheduler):  # type: ignore[misc, unused-ignore]
                 decode_slots,
             )
 
-    # --- called from the engine-core utility methods (see channel) ---
+    # --- called from the engine-core utility methods (see utilities) ---
 
     def dlfp_get_state(self) -> dict[str, Any]:
         """Controller state plus the settings in force, as plain types."""
@@ -468,10 +469,4 @@ class DLFPAsyncScheduler(DLFPSchedulerMixin, AsyncScheduler):  # type: ignore[mi
     """DLFP over vLLM's ``AsyncScheduler`` (GPU with async scheduling)."""
 
 
-def scheduler_cls_name(async_scheduling: bool | None) -> str:
-    """``scheduler_cls`` for a ``VllmConfig`` whose ``async_scheduling`` is final."""
-    cls = DLFPAsyncScheduler if async_scheduling else DLFPScheduler
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-channel.install_engine_core_utilities()
+install_engine_core_utilities()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import subprocess
 
-from engine_worker.dlfp_config import Device
+from engine_worker.contract.dlfp_config import Device
 
 NVIDIA_SMI_TIMEOUT_S = 10.0
 """Longest ``nvidia-smi -L`` may take; a driver that hangs means no usable GPU."""

@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine_worker.sliding_window import SlidingWindow
+from engine_worker.controller.sliding_window import SlidingWindow
 
 NUM_FEATURES = 6
 NUM_INTERCEPTS = 2

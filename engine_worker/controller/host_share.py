@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from engine_worker.sliding_window import SlidingWindow
+from engine_worker.controller.sliding_window import SlidingWindow
 
 HOST_WINDOW_STEPS = 128
 """Steps whose host share the quantile is taken over."""

@@ -15,19 +15,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine_worker.controller_params import (
+from engine_worker.controller.cost_model import StepCostModel, StepShape, plan_prefill
+from engine_worker.controller.host_share import HostShareWindow
+from engine_worker.controller.margin import MarginWindow, corrected
+from engine_worker.controller.params import (
     AUTO_TARGET_DECODE_MULTIPLE,
     AUTO_TARGET_SLO_FRACTION,
     MAX_ALLOWANCE,
     MIN_ALLOWANCE,
     CapParams,
     ControllerState,
+    SettingsModel,
 )
-from engine_worker.cost_model import StepCostModel, StepShape, plan_prefill
-from engine_worker.dlfp_config import DLFPConfig
-from engine_worker.host_share import HostShareWindow
-from engine_worker.margin import MarginWindow, corrected
-from engine_worker.step_timing import StepRecord, StepTimeline
+from engine_worker.controller.step_timing import StepRecord, StepTimeline
 
 RECENT_STEPS = 64
 """Steps whose end times the deadline plan can look up (a stream's last token is in one)."""
@@ -141,7 +141,7 @@ class PrefillCapController:
         self._num_deadline_misses = 0
 
     @classmethod
-    def from_config(cls, config: DLFPConfig, **clocks: Any) -> PrefillCapController:
+    def from_config(cls, config: SettingsModel, **clocks: Any) -> PrefillCapController:
         return cls(CapParams.from_config(config), **clocks)
 
     @property
@@ -206,7 +206,7 @@ class PrefillCapController:
             self._margin_correction = 1.0
         self._last_observation_s = None
 
-    def apply_config(self, config: DLFPConfig) -> None:
+    def apply_config(self, config: SettingsModel) -> None:
         self.apply_params(CapParams.from_config(config))
 
     def apply_params(self, params: CapParams) -> None:

@@ -1,6 +1,6 @@
 """What the gateway asks of an engine, in plain types (no vLLM import).
 
-The real engine (``engine_worker.engine.VLLMEngine``) and the HTTP tests' fake
+The real engine (``engine_worker.client.engine.VLLMEngine``) and the HTTP tests' fake
 engine both implement ``Engine``; the gateway only ever sees these types.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from engine_worker.dlfp_config import DLFPConfig
+from engine_worker.contract.dlfp_config import DLFPConfig
 
 GrammarKind = Literal["json_schema", "structural_tag"]
 """The structured-output grammars the engine compiles from a JSON spec."""
@@ -272,7 +272,7 @@ class Engine(Protocol):
     def tokenize(self, text: str, max_tokens: int | None = None) -> list[int]:
         """The text's token ids. With ``max_tokens``, a text whose prefix alone has more
         tokens raises PromptTooLongError having tokenized only prefixes of it
-        (``engine_worker.prompt_prefix``: never a text that has at most max_tokens)."""
+        (``engine_worker.client.prompt_prefix``: never a text that has at most max_tokens)."""
         ...
 
     async def check_grammar(self, kind: GrammarKind, spec: str) -> None:

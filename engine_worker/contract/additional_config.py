@@ -29,7 +29,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from engine_worker.dlfp_config import DLFPConfig
+from engine_worker.contract.dlfp_config import DLFPConfig
 
 DLFP_KEY = "dlfp"
 """The entry holding the ``DLFPConfig`` as a dict."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine_worker.dlfp_config import Device, DLFPConfig, Observation
+from engine_worker.contract.dlfp_config import Device, DLFPConfig, Observation
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ vLLM's server composes the configured tool-call parser (``--tool-call-parser``)
 and reasoning parser (``--reasoning-parser``) into one ``Parser``; it adjusts the
 request (``tool_choice`` ``required`` or a named function becomes a structured-output
 constraint) and reads the output, whole or delta by delta. This module does the same
-for an OpenAI chat body and hands the gateway plain ``engine_worker.api`` types.
+for an OpenAI chat body and hands the gateway plain ``engine_worker.contract.api`` types.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engine_worker.api import (
+from engine_worker.contract.api import (
     ChatOutput,
     InvalidRequestError,
     OutputParser,

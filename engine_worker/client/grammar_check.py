@@ -37,7 +37,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from engine_worker.api import GrammarKind, InvalidRequestError
+from engine_worker.contract.api import GrammarKind, InvalidRequestError
 
 logger = logging.getLogger("dlfp.grammar")
 
