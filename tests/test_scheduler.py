@@ -23,6 +23,7 @@ from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder, UtilityResult
 
 from engine_worker.contract.dlfp_config import ControllerMode, DLFPConfig, PrefillOrder
 from engine_worker.contract.engine_hooks import scheduler_cls_name
+from engine_worker.engine_core import capped_step
 from engine_worker.engine_core import scheduler as dlfp_scheduler
 from engine_worker.engine_core.scheduler import (
     DLFPAsyncScheduler,
@@ -146,7 +147,7 @@ def test_decode_behind_two_prefills_starves_without_reordering(
     build: Callable[..., Scheduler], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The edge case is real: budget and threshold alone let p2 take d's slot.
-    monkeypatch.setattr(dlfp_scheduler, "needs_decodes_first", lambda running: False)
+    monkeypatch.setattr(capped_step, "needs_decodes_first", lambda running: False)
     fcfs = FIXED_64.model_copy(update={"prefill_order": PrefillOrder.FCFS})
     scheduler = build(DLFPScheduler, fcfs, long_prefill_token_threshold=200)
     assert schedule_two_prefills_ahead_of_a_decode(scheduler) == {"p1": 64, "p2": 1}

@@ -1,0 +1,203 @@
+"""The deadline plan (``plan: deadline``, the default of ``dlfp-ct`` with its cost model).
+
+Each mixed step gets the largest cap whose predicted end, with the margin ``m`` for the
+tail (see ``margin``), meets the tightest deadline of the running streams,
+``end(last token) + itl_slo``::
+
+    base = end of the newest step (predicted while in flight, observed once done)
+    cap(k) = max{c : base + m * predict(shape(c)) <= min_i end(token_i) + itl_slo}
+
+with no prefill at all when not even ``min_cap_tokens`` fits (unless a prefill is past
+its TTFT deadline: then ``min_cap_tokens``), and a step that completes prefills ending
+with them (see ``DeadlinePlan.plan``). Under ``observation: device`` the plan works in
+completion time: it adds the host's share (``host_share``) to each predicted device time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engine_worker.controller.cap_search import fits_budget, largest_fitting_cap
+from engine_worker.controller.cost_model import StepCostModel
+from engine_worker.controller.host_share import HostShareWindow
+from engine_worker.controller.margin import MarginWindow, corrected
+from engine_worker.controller.params import CapParams
+from engine_worker.controller.step_timing import StepRecord
+
+RECENT_STEPS = 64
+"""Steps whose end times the deadline plan can look up (a stream's last token is in one)."""
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """What the deadline plan decided for a step."""
+
+    cap_tokens: int | None
+    deadline_s: float | None
+    margin: float | None
+    is_bound: bool
+
+
+class DeadlinePlan:
+    """The deadline plan's state: the margin, the host's share, the recent steps' ends
+    and the plan's counters. The controller holds one and feeds it every step."""
+
+    def __init__(self, params: CapParams, model: StepCostModel) -> None:
+        self._params = params
+        self._model = model
+        self.margin = MarginWindow(params.margin_quantile)
+        self.host_share = HostShareWindow()
+        self.margin_correction = 1.0
+        self._recent: deque[StepRecord] = deque(maxlen=RECENT_STEPS)
+        self.num_zero_prefill_steps = 0
+        self.num_ttft_overdue_steps = 0
+        self.num_deadline_steps = 0
+        self.num_deadline_misses = 0
+
+    def apply_params(self, params: CapParams) -> None:
+        self._params = params
+        self.margin.quantile = params.margin_quantile
+
+    def reset_model(self) -> None:
+        """Forget the margin's window, its correction and the host's share."""
+        self.margin.reset()
+        self.host_share.reset()
+        self.margin_correction = 1.0
+
+    def margin_value(self) -> float:
+        return self.margin.value() * self.margin_correction
+
+    def host_s(self) -> float:
+        """What the plan adds to a prediction for the host: its share's quantile under
+        ``device`` (a prediction of device time), else 0 (the prediction holds it)."""
+        return self.host_share.value_s() if self._params.observation == "device" else 0.0
+
+    def predicted_end_s(self, now_s: float, predicted_s: float | None) -> float:
+        """When a step dispatched now is predicted to end (before it is dispatched)."""
+        return self._base_s(now_s) + (predicted_s or 0.0) + self.host_s()
+
+    def dispatch(self, record: StepRecord) -> None:
+        self._recent.append(record)
+
+    def on_step_done(self, record: StepRecord) -> None:
+        """A step completed: the host's share of it, and whether it met its deadline."""
+        completion_s = record.completion_interval_s
+        device_s = record.device_s
+        # A step scheduled while nothing decoded may count idle time in its interval.
+        if device_s is not None and completion_s is not None and record.num_decoding > 0:
+            self.host_share.observe(completion_s, device_s)
+        if record.deadline_s is not None and record.done_at_s is not None:
+            self.num_deadline_steps += 1
+            self.num_deadline_misses += record.done_at_s > record.deadline_s
+
+    def unplanned(self, now_s: float, oldest_token_step: int | None) -> Deadline:
+        """The deadline of a step the plan did not size (no candidates, no model yet)."""
+        return Deadline(None, self.deadline_s(now_s, oldest_token_step), None, False)
+
+    def deadline_s(self, now_s: float, oldest_token_step: int | None) -> float | None:
+        """The tightest stream deadline: its last token's step end + ``itl_slo_ms``."""
+        if oldest_token_step is None:
+            return None
+        token_s = self._end_s(oldest_token_step)
+        if token_s is None:  # older than the steps kept: count from now
+            token_s = self._base_s(now_s)
+        return token_s + self._params.itl_slo_ms / 1000.0
+
+    def plan(
+        self,
+        now_s: float,
+        num_decoding: int,
+        decode_context_tokens: int,
+        candidates: Sequence[tuple[int, int]],
+        oldest_token_step: int | None,
+        ttft_overdue: bool,
+    ) -> Deadline:
+        """The step's cap: 0 for no prefill, ``min_cap_tokens`` if a prefill is overdue."""
+        deadline = self._plan(
+            now_s, num_decoding, decode_context_tokens, candidates, oldest_token_step
+        )
+        if deadline.cap_tokens == 0 and ttft_overdue:
+            cap = self._params.min_cap_tokens
+            deadline = Deadline(cap, deadline.deadline_s, deadline.margin, False)
+            self.num_ttft_overdue_steps += 1
+        self.num_zero_prefill_steps += deadline.cap_tokens == 0
+        return deadline
+
+    def observe(self, record: StepRecord, observed_s: float) -> bool:
+        """A guarded deadline-planned mixed step: the margin's window and its correction.
+
+        Returns whether the correction was updated (a feedback step).
+        """
+        if record.predicted_s is not None and record.predicted_s > 0:
+            self.margin.observe(observed_s / record.predicted_s)
+        if record.deadline_s is None or record.done_at_s is None:
+            return False
+        overrun = record.done_at_s > record.deadline_s
+        at_floor = record.cap_tokens == self._params.min_cap_tokens
+        if not record.is_deadline_bound and (not overrun or at_floor):
+            # The deadline did not set the cap (its bounds or the prefills left did):
+            # a step within its deadline says nothing about the margin, a late one
+            # does, unless it ran at the floor anyway (a TTFT-overdue prefill).
+            return False
+        self.margin_correction = corrected(record.margin_correction, overrun, self._params.gain)
+        return True
+
+    def _plan(
+        self,
+        now_s: float,
+        num_decoding: int,
+        decode_context_tokens: int,
+        candidates: Sequence[tuple[int, int]],
+        oldest_token_step: int | None,
+    ) -> Deadline:
+        p = self._params
+        margin = self.margin_value()
+        deadline_s = self.deadline_s(now_s, oldest_token_step)
+        budget_s = math.inf
+        if deadline_s is not None:
+            # NOTE: under device the model predicts device time, and the stream waits
+            # for the host's share as well: base + m * predict + host <= deadline.
+            budget_s = (deadline_s - self._base_s(now_s) - self.host_s()) / margin
+        fits = fits_budget(self._model, num_decoding, decode_context_tokens, candidates, budget_s)
+        if not fits(p.min_cap_tokens):
+            return Deadline(0, deadline_s, margin, True)
+        cap = largest_fitting_cap(p, fits)
+        left = sum(remaining for _, remaining in candidates)
+        is_bound = cap < p.max_cap_tokens and cap < left
+        # NOTE: a step that completes prefills ends with them: the first tokens come
+        # at the end of the step, so a short prompt is not kept waiting for a step
+        # stretched to the deadline with the next prompt's chunk (which waits one
+        # step instead). Equation in docs/scheduler.md, "Deadline plan".
+        completed = 0
+        for _, remaining in candidates:
+            if completed + remaining > cap:
+                break
+            completed += remaining
+        if completed:
+            cap, is_bound = completed, False
+        return Deadline(cap, deadline_s, margin, is_bound)
+
+    def _end_s(self, step_index: int) -> float | None:
+        """When a recent step ended (observed) or is predicted to end (in flight)."""
+        if not self._recent:
+            return None
+        offset = step_index - self._recent[0].step_index
+        if not 0 <= offset < len(self._recent):
+            return None
+        record = self._recent[offset]
+        return record.done_at_s if record.done_at_s is not None else record.predicted_end_s
+
+    def _base_s(self, now_s: float) -> float:
+        """When the next step's own time starts counting, for its predicted end.
+
+        A completion-timed prediction counts from the end of the step before
+        (predicted while it is in flight); a busy-time one from then or from
+        dispatch, whichever is later.
+        """
+        latest = self._end_s(self._recent[-1].step_index) if self._recent else None
+        if latest is None:
+            return now_s
+        return max(latest, now_s) if self._params.observation == "busy" else latest

@@ -1,0 +1,75 @@
+"""The prefills a capped step could serve, in the order it should (``prefill_order``),
+and which of them are urgent or past their TTFT deadline."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import Request, RequestStatus
+
+from engine_worker.contract.dlfp_config import PrefillOrder
+from engine_worker.engine_core.capped_step import is_decoding
+from engine_worker.engine_core.prefill_order import MAX_HELD_STEPS, Candidate, candidates_in_order
+
+_SCHEDULABLE = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+"""Waiting statuses vLLM can schedule now (not blocked on a grammar or remote KV)."""
+
+
+# NOTE: subclasses Scheduler, as DLFPSchedulerMixin does, so that its super() reaches
+# the vLLM scheduler next in the MRO. (The ignore is for mypy runs that skip vLLM.)
+class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
+    """Lists a capped step's prefill candidates from vLLM's ``running`` and ``waiting``."""
+
+    def _prefill_candidates(self, now_unix_s: float) -> list[Candidate]:
+        """The prefills a capped step could serve, in the order it should."""
+        running_prefills = [r for r in self.running if not is_decoding(r)]
+        num_free_slots = max(self.max_num_running_reqs - len(self.running), 0)
+        waiting = []
+        if num_free_slots:
+            for request in self.waiting:
+                if request.status in _SCHEDULABLE:
+                    waiting.append(request)
+                    if len(waiting) == num_free_slots:
+                        break
+        first = {
+            request_id
+            for request_id, num_held in self._num_held_steps.items()
+            if num_held >= MAX_HELD_STEPS
+        }
+        srpf = self.dlfp_config.prefill_order == PrefillOrder.SRPF
+        if srpf and now_unix_s:
+            first |= self._urgent_ids([*running_prefills, *waiting], now_unix_s)
+        return candidates_in_order(
+            running_prefills,
+            waiting,
+            srpf=srpf,
+            by_priority=self.policy.value == "priority",
+            starving_ids=frozenset(first),
+        )
+
+    def _urgent_ids(self, requests: Sequence[Request], now_unix_s: float) -> set[str]:
+        """Prefills whose TTFT slack is below their predicted remaining prefill time.
+
+        Slack: arrival at the engine + ``ttft_slo_ms`` - now. The gateway's queue
+        before the engine is admission's business.
+        """
+        rates = self.dlfp_controller.prefill_rates()
+        if rates is None:
+            return set()
+        per_token_s, per_context_s = rates
+        ttft_slo_s = self.dlfp_config.ttft_slo_ms / 1000.0
+        urgent = set()
+        for request in requests:
+            slack_s = request.arrival_time + ttft_slo_s - now_unix_s
+            computed = request.num_computed_tokens
+            remaining = request.num_tokens - computed
+            needed_s = remaining * (per_token_s + per_context_s * (computed + remaining / 2))
+            if slack_s < needed_s:
+                urgent.add(request.request_id)
+        return urgent
+
+    def _is_ttft_overdue(self, candidates: Sequence[Candidate], now_unix_s: float) -> bool:
+        """Whether a prefill the step could serve is past arrival + ``ttft_slo_ms``."""
+        ttft_slo_s = self.dlfp_config.ttft_slo_ms / 1000.0
+        return any(c.request.arrival_time + ttft_slo_s < now_unix_s for c in candidates)
