@@ -20,7 +20,8 @@ plus the prediction exceeds the objective (checked every ``SLO_RECHECK_S``);
 ``max_queue_wait_s`` stays the backstop. A request with nothing ahead of it is never
 refused for the SLO: refusing it would help no one, and a refused prompt never adds
 the sample that would correct the estimate. For the same reason, once the estimate's
-samples have faded (no first token for about a minute), only the slot wait counts.
+samples have faded (no first token for about a minute), only the slot wait counts (and
+the start-up fit's line, if there is one).
 
 Until enough is measured (``min_slo_samples`` first tokens, ``ServiceRate``'s hold
 times), the engine's start-up fit stands in (``ttft_estimate.StartupPrior``, set by the
@@ -119,7 +120,7 @@ class _Waiter:
 
 @dataclass
 class Ticket:
-    """A held slot; call ``first_token()`` when the request starts streaming."""
+    """A held slot; call ``first_token()`` when the engine has produced its first token."""
 
     prefill_tokens: int
     tokens_ahead: int
@@ -228,6 +229,9 @@ class Admission:
         self._num_reserved += 1
         self._reserved[client] += 1
         return Reservation(self, client)
+
+    def _rate_measured(self) -> bool:
+        return self.service_rate.value(self.limits.max_concurrent) is not None
 
     def slots_per_s(self) -> float | None:
         """Slots freed per second with every slot in use: measured, else the prior's."""
@@ -370,7 +374,11 @@ class Admission:
             self._prompt_tokens_streaming -= prefill_tokens
             _uncount(self._streaming, client)
             _uncount(self._held, client)
-            self.service_rate.released(num_slots, self._clock() - ticket.admitted_s, queued)
+            # NOTE: while the prior stands in for the rate, every release is a sample:
+            # a prior that refused every request that would queue would never be
+            # replaced by samples of queued ones alone.
+            learn = queued or (self.prior is not None and not self._rate_measured())
+            self.service_rate.released(num_slots, self._clock() - ticket.admitted_s, learn)
             self._wake()
 
     def num_held(self, client: str) -> int:
@@ -398,7 +406,7 @@ class Admission:
                 "num_queued": len(self._queue),
                 "pending_prefill_tokens": self._pending_prefill,
                 "slots_per_s": self.slots_per_s(),
-                "from_prior": self.ttft_estimate.num_samples < self.limits.min_slo_samples,
+                "prior_rate": self.prior is not None and not self._rate_measured(),
             },
         )
         return AdmissionRejected(

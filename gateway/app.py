@@ -36,22 +36,28 @@ logger = logging.getLogger("dlfp.gateway")
 
 
 async def _start_engine(state: GatewayState) -> None:
+    """Starts the engine, then reads its start-up fit: ``/ready`` turns 200 after both."""
+    state.engine_starting = True
     try:
         await state.engine.start()
+        if state.settings.startup_fit_s > 0:
+            await _take_startup_prior(state)
     except Exception as exc:  # a failed start must show in /ready, not kill the server
         state.engine_error = f"{type(exc).__name__}: {exc}"
         logger.exception("engine failed to start", extra={"event": "engine_start_failed"})
-        return
-    if state.settings.startup_fit_s > 0:
-        await _take_startup_prior(state)
+    finally:
+        state.engine_starting = False
 
 
 async def _take_startup_prior(state: GatewayState) -> None:
     """Admission's prior from the cost model the engine fitted at start."""
     try:
         dlfp_state = await state.engine.get_dlfp_state()
-    except Exception:  # no scheduler state: admission measures from scratch, as it can
-        logger.exception("no start-up fit to read", extra={"event": "startup_prior_missing"})
+    except Exception as exc:  # no DLFP scheduler: admission measures from scratch
+        logger.warning(
+            "no start-up fit to read; admission starts unmeasured",
+            extra={"event": "startup_prior_missing", "reason": f"{type(exc).__name__}: {exc}"},
+        )
         return
     coefficients = dlfp_state.get("cost_coefficients")
     prior = StartupPrior.from_coefficients(coefficients) if coefficients else None

@@ -36,9 +36,10 @@ escape cost 27 ms on a MiB of escaped emoji; these cost 10 ms)."""
 
 
 def num_values_at_most(body: bytes) -> int:
-    """An upper bound on the JSON values in ``body``: values are separated by commas, and
-    a comma inside a string only makes the bound looser."""
-    return body.count(b",") + 1
+    """An upper bound on the JSON values and keys in ``body``: apart from the whole body,
+    each follows a ``[``, ``{``, ``,`` or ``:``, and one of these inside a string only makes
+    the bound looser. (Commas alone miss nesting: ``[[[...]]]`` has values and none.)"""
+    return 1 + sum(body.count(mark) for mark in (b"[", b"{", b",", b":"))
 
 
 def may_hold_surrogate(body: bytes) -> bool:

@@ -24,6 +24,10 @@ class ClientShares:
         self._workers: dict[str, asyncio.Semaphore] = {}
         self._num_workers: Counter[str] = Counter()
 
+    def num_at_work(self, client: str) -> int:
+        """The client's requests holding a turn or waiting for one."""
+        return self._num_workers[client]
+
     @asynccontextmanager
     async def worker(self, client: str) -> AsyncIterator[None]:
         """Waits for one of the client's pre-admission turns, and holds it."""

@@ -147,12 +147,14 @@ class Lifecycle:
         deadline (from arrival), unless the client leaves first.
 
         NOTE: a worker thread cannot be stopped. When the client leaves or the deadline
-        passes, the request gives up its places at once, and its work runs on to its
-        end holding the client's pre-admission turn: the client cannot start more
-        work than its turns while that work still runs."""
+        passes, the request gives up its places at once; work still waiting for its
+        turn is cancelled, and work already running runs on to its end holding the
+        client's pre-admission turn: the client cannot start more work than its turns
+        while that work still runs."""
         limits = self.gateway.admission.limits
         deadline_s = self.request.state.arrival_s + limits.pre_admission_timeout_s
-        work = asyncio.ensure_future(self._prepared(given, client))
+        turn = asyncio.Event()
+        work = asyncio.ensure_future(self._prepared(given, client, turn))
         left = asyncio.ensure_future(_until_disconnected(self.request))
         try:
             timeout_s = max(0.0, deadline_s - time.perf_counter())
@@ -160,7 +162,10 @@ class Lifecycle:
         finally:
             left.cancel()
             if not work.done():  # given up here, or this handler cancelled
-                work.add_done_callback(_discard_result)
+                if turn.is_set():
+                    work.add_done_callback(_discard_result)
+                else:
+                    work.cancel()
         if work.done():
             return work.result()
         if left.done() and not left.cancelled():
@@ -172,10 +177,13 @@ class Lifecycle:
         )
 
     async def _prepared(
-        self, given: EndpointInput, client: str
+        self, given: EndpointInput, client: str, turn: asyncio.Event
     ) -> tuple[list[int], SamplingOptions]:
+        """Templated, tokenized and vetted in one of the client's turns (``turn`` set
+        once it is taken)."""
         gateway, engine = self.gateway, self.gateway.engine
         async with gateway.client_shares.worker(client):
+            turn.set()
             prompt_ids = await asyncio.to_thread(given.prompt_ids, engine)
             options = given.options(len(prompt_ids), engine, gateway.settings.max_tokens_limit)
             if not given.body.stream:

@@ -12,7 +12,7 @@ and has the meter record the outcome, once, however the request ended.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
@@ -21,6 +21,8 @@ from engine_worker.contract.api import GenerationChunk, RequestStream, SamplingO
 from gateway.admission import Ticket
 from gateway.request_meter import Outcome, RequestMeter
 from gateway.state import GatewayState
+
+logger = logging.getLogger("dlfp.gateway")
 
 
 class MeasuredStream:
@@ -83,8 +85,11 @@ class MeasuredStream:
         self._first_output = asyncio.create_task(self._count_first_output(self._engine_stream))
 
     async def _count_first_output(self, stream: RequestStream) -> None:
-        if await stream.first_output():
-            self._ticket.first_token()
+        try:
+            if await stream.first_output():
+                self._ticket.first_token()
+        except Exception:  # a sample lost, never the request: the reader sees the error
+            logger.exception("first output not timed", extra={"event": "first_output_failed"})
 
     async def chunks(self) -> AsyncIterator[GenerationChunk]:
         """The engine's outputs, measured as they pass."""
@@ -116,11 +121,11 @@ class MeasuredStream:
             return
         self._closed = True
         stream, self._engine_stream = self._engine_stream, None
-        if self._first_output is not None:
-            self._first_output.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._first_output
+        timing, self._first_output = self._first_output, None
         try:
+            if timing is not None:
+                timing.cancel()
+                await asyncio.wait({timing})  # raises nothing of the task's
             if stream is not None:
                 await stream.aclose()
         finally:

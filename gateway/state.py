@@ -32,6 +32,8 @@ class GatewayState:
     keepalive_s: float = 10.0
     engine_error: str | None = None
     """Why the engine cannot serve (it failed to start, died or hung); None while it can."""
+    engine_starting: bool = False
+    """Between the engine's start and admission's reading of its start-up fit."""
     streams_cut: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when the drain period ends: every request still running stops at once."""
     dlfp_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -39,7 +41,12 @@ class GatewayState:
 
     @property
     def is_ready(self) -> bool:
-        return self.engine.is_ready and not self.draining and self.engine_error is None
+        return (
+            self.engine.is_ready
+            and not self.engine_starting
+            and not self.draining
+            and self.engine_error is None
+        )
 
     @property
     def draining(self) -> bool:

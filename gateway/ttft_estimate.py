@@ -19,8 +19,9 @@ The samples also fade with age, at a half-life of ``half_life_s``, and the estim
 refused request adds no sample, so an estimate learnt in a slow spell (prefills held by
 the scheduler behind tight ITL deadlines took 40 to 60 s to a first token) would otherwise
 refuse every contended request long after the engine got fast again. Admission counts a
-faded estimate as no prefill time at all (only the wait for a slot remains), the next
-requests are admitted, and their samples outweigh the old ones.
+faded estimate as no prefill time of its own (the start-up fit's, if any, or only the
+wait for a slot), the next requests are admitted, and their samples outweigh the old
+ones.
 
 Before anything is measured, ``StartupPrior`` stands in for both: the engine fits its
 step-cost model to a workload of its own before ``/ready`` turns 200
@@ -58,8 +59,9 @@ class StartupPrior:
     the holders' ``max_tokens`` in decode steps of a full gateway, whose context is the
     streaming prompts and half the output expected. The fit's attention term is left
     out (its prompts' contexts are not known ahead), and so is the prefill the
-    controller holds back while streams decode: the prior errs fast, and the measured
-    estimate, which includes both, replaces it within a few requests."""
+    controller holds back while streams decode: its prefill errs fast under load. Its
+    slot wait errs slow where ``max_tokens`` is large and answers short. The measured
+    estimate and rate replace it within a few requests."""
 
     fixed_s: float
     per_token_s: float

@@ -1,11 +1,12 @@
 """What admission's SLO check knows: the first-token time the engine produced, whoever
 reads it, and from the start the engine's fitted costs (quick tier: the FAKE engine, and
-admission alone with a prior given by hand, no clock)."""
+admission alone with a prior given by hand, and a counting clock)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 from typing import Any
 
@@ -155,3 +156,18 @@ async def test_measurements_take_over_from_the_prior() -> None:
     assert predicted < 3.0
     release.set()
     await asyncio.gather(*tasks)
+
+
+async def test_every_release_teaches_the_rate_while_the_prior_stands_in() -> None:
+    """A prior that refused every request that would queue would never see one released
+    from the queue: while it stands in, any release is a sample of the hold time."""
+    limits = AdmissionLimits(max_concurrent=2, max_queue=8)
+    primed = Admission(limits, clock=itertools.count(0.0, 0.01).__next__)
+    primed.prior = _prior()
+    cold = Admission(limits, clock=itertools.count(0.0, 0.01).__next__)
+    for admission in (primed, cold):
+        for _ in range(admission.service_rate.min_samples):
+            async with admission.slot(10, max_tokens=100):
+                pass
+    assert primed.service_rate.value(2) is not None
+    assert cold.service_rate.value(2) is None  # without a prior, queued releases only

@@ -212,3 +212,36 @@ async def test_a_waiter_cancelled_after_its_grant_leaves_no_count_behind() -> No
         await queued
     assert admission.num_active == 0
     assert admission.num_held("b") == 0 and admission._streaming["b"] == 0
+
+
+def test_work_still_waiting_for_its_turn_is_cancelled_when_its_client_leaves() -> None:
+    from gateway.settings import Settings
+
+    engine = FakeEngine()
+    engine.tokenize_gate = threading.Event()
+    app = fake_app(Settings(_env_file=None), engine)  # type: ignore[call-arg]
+    with served_in_thread(app) as where:
+        host, port = where.split(":")
+        body = json.dumps(CHAT).encode()
+        head = (
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+        ).encode()
+        state = app.state.gateway
+        first = socket.create_connection((host, int(port)))
+        first.sendall(head + body)
+        assert engine.tokenize_entered.wait(30)  # holds the client's one turn
+        second = socket.create_connection((host, int(port)))
+        second.sendall(head + body)  # waits for that turn
+        _wait_for(lambda: state.admission.num_reserved == 2)
+        _wait_for(lambda: state.client_shares.num_at_work("addr:127.0.0.1") == 2)
+        second.close()
+        _wait_for(lambda: state.admission.num_reserved == 1)
+        # Cancelled, not left waiting to tokenize for nobody once the turn frees.
+        _wait_for(lambda: state.client_shares.num_at_work("addr:127.0.0.1") == 1)
+        engine.tokenize_gate.set()
+        first.settimeout(30)
+        assert first.recv(64).startswith(b"HTTP/1.1 200")
+        first.close()
+        _wait_for(lambda: state.admission.num_reserved == 0 and state.admission.num_active == 0)
+        assert engine.num_tokenized == 1  # the second request's work never ran

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 
 from engine_worker.contract.device_defaults import defaults_for
 from engine_worker.controller.cap_controller import CapParams, PrefillCapController
+from engine_worker.controller.modes import ControllerMode, Observation
 from engine_worker.controller.step_timing import StepRecord
 
 TARGET_MS = 80.0
@@ -210,7 +211,9 @@ def simulate(
 ) -> SimulationResult:
     clock = SimulatedClock()
     controller = PrefillCapController(
-        replace(params, mode=mode, observation=observation), clock=clock, wall_clock=clock
+        replace(params, mode=ControllerMode(mode), observation=Observation(observation)),
+        clock=clock,
+        wall_clock=clock,
     )
     engine = SimulatedEngine(controller, clock, queue_depth, plant)
     engine.run(simulated_arrivals())

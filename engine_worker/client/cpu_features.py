@@ -13,6 +13,7 @@ Pure Python: no torch, no vLLM.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
@@ -62,3 +63,24 @@ def resolve_dtype(requested: str, device: str, flags: frozenset[str]) -> str:
 
 def reported_features(flags: frozenset[str]) -> list[str]:
     return [flag for flag in REPORTED_FLAGS if flag in flags]
+
+
+def configured_dtype(requested: str, device: str) -> tuple[str, list[str]]:
+    """The dtype the engine runs (``resolve_dtype`` on this CPU's flags) and the CPU
+    features reported beside it, logged once as ``engine_config``."""
+    flags = read_cpu_flags()
+    dtype = resolve_dtype(requested, device, flags)
+    features = reported_features(flags)
+    logging.getLogger("dlfp.engine").info(
+        "engine configuration",
+        extra={
+            "event": "engine_config",
+            "device": device,
+            "dtype_requested": requested,
+            "dtype": dtype,
+            "cpu_model": cpu_model_name(),
+            "cpu_family_model": cpu_family_model(),
+            "cpu_features": features,
+        },
+    )
+    return dtype, list(features)

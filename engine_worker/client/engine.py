@@ -17,13 +17,7 @@ import threading
 from typing import Any
 
 from engine_worker.client.control_plane import DLFPControlPlane
-from engine_worker.client.cpu_features import (
-    cpu_family_model,
-    cpu_model_name,
-    read_cpu_flags,
-    reported_features,
-    resolve_dtype,
-)
+from engine_worker.client.cpu_features import configured_dtype
 from engine_worker.client.engine_args import (
     EngineSpec,
     _add_worker_extension,
@@ -122,7 +116,7 @@ class VLLMEngine(ChatTemplating, DLFPControlPlane):
             await self._guard_seeded_sampling(llm)
         self._tokenizer = llm.get_tokenizer()
         self._cut = prefix_cut(self._tokenizer)
-        self._bound = token_bound(self._tokenizer)
+        self._bound = await asyncio.to_thread(token_bound, self._tokenizer)
         self.info.max_token_bytes = await asyncio.to_thread(_max_token_bytes, self._tokenizer)
         await asyncio.to_thread(self._prepare_chat, llm)
         structured = llm.vllm_config.structured_outputs_config
@@ -204,23 +198,8 @@ class VLLMEngine(ChatTemplating, DLFPControlPlane):
         return llm
 
     def _resolve_dtype(self) -> None:
-        flags = read_cpu_flags()
-        requested = self.spec.dtype
-        self.spec.dtype = resolve_dtype(requested, self.spec.device, flags)
-        features = reported_features(flags)
-        self.info.dtype, self.info.cpu_features = self.spec.dtype, list(features)
-        logger.info(
-            "engine configuration",
-            extra={
-                "event": "engine_config",
-                "device": self.spec.device,
-                "dtype_requested": requested,
-                "dtype": self.spec.dtype,
-                "cpu_model": cpu_model_name(),
-                "cpu_family_model": cpu_family_model(),
-                "cpu_features": features,
-            },
-        )
+        self.spec.dtype, features = configured_dtype(self.spec.dtype, self.spec.device)
+        self.info.dtype, self.info.cpu_features = self.spec.dtype, features
 
     async def shutdown(self) -> None:
         if self._closed:

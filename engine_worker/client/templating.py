@@ -171,10 +171,18 @@ def token_bound(tokenizer: Any) -> Bound:
     if "ByteLevel" not in str(backend.pre_tokenizer) or type(backend.model).__name__ != "BPE":
         return no_bound
     alphabet = _byte_level_alphabet()
+    # Added tokens are matched as text, whatever characters they use; the model's own
+    # vocabulary is written in the byte-level alphabet.
+    added = [t.content for t in backend.get_added_tokens_decoder().values()]
+    learnt = set(backend.get_vocab(with_added_tokens=False)) - set(added)
+    texts = [token.encode("utf-8", "replace") for token in added]
+    pieces = [_learnt_bytes(token, alphabet) for token in learnt]
+    return class_bound([*texts, *pieces])
 
-    def token_bytes(token: str) -> bytes:
-        if all(c in alphabet for c in token):
-            return bytes(alphabet[c] for c in token)
-        return token.encode("utf-8", "replace")  # an added token, written as text
 
-    return class_bound(token_bytes(t) for t in backend.get_vocab(with_added_tokens=True))
+def _learnt_bytes(token: str, alphabet: dict[str, int]) -> bytes:
+    """A learnt token's bytes; one written outside the byte-level alphabet is taken as
+    UTF-8 text, which can only count more bytes of a class and so loosen the bound."""
+    if all(c in alphabet for c in token):
+        return bytes(alphabet[c] for c in token)
+    return token.encode("utf-8", "replace")

@@ -149,7 +149,9 @@ class RequestStream(ABC):
     async def first_output(self) -> bool:
         """Returns once the engine has produced the request's first output, whether or
         not anyone has read it: True; False if the request ended without one (an
-        error). The time a first token took is the engine's, never the reader's."""
+        error). The time a first token took is the engine's, never the reader's. It may
+        wait for good where the reader took an error first: the caller cancels it when
+        the request ends."""
 
     @abstractmethod
     async def _next(self) -> GenerationChunk:

@@ -3,63 +3,21 @@
 One model travels three ways: from start-up settings into the engine core (via
 vLLM's ``additional_config``), from ``/admin/dlfp`` into the running scheduler
 (via the engine-core channel), and back out as the settings in force. It is
-pure pydantic: no vLLM and no FastAPI import, so both sides can use it.
+pure pydantic: no vLLM and no FastAPI import, so both sides can use it. Its enums are
+the controller's own (``controller.modes``).
 """
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from engine_worker.controller.modes import ControllerMode, Observation, Plan, PrefillOrder
+
+__all__ = ["ControllerMode", "DLFPConfig", "Device", "Observation", "Plan", "PrefillOrder"]
+
 Device = Literal["cpu", "cuda"]
-
-
-class ControllerMode(StrEnum):
-    """What caps the prefill chunk while at least one request is decoding."""
-
-    OFF = "off"
-    """vLLM's own behaviour: no cap."""
-    FIXED = "fixed"
-    """A constant cap of ``fixed_cap_tokens``."""
-    DLFP = "dlfp"
-    """The paper's controller: observation = interval between scheduler calls."""
-    DLFP_CT = "dlfp-ct"
-    """Completion-timed controller: observation = busy time of the completed step."""
-
-
-class PrefillOrder(StrEnum):
-    """Which prefills a capped step serves first."""
-
-    FCFS = "fcfs"
-    """vLLM's order: running prefills, then the waiting queue."""
-    SRPF = "srpf"
-    """Shortest remaining prefill first, waiting or partially prefilled."""
-
-
-class Observation(StrEnum):
-    """What ``dlfp-ct`` feeds back for a completed mixed step."""
-
-    BUSY = "busy"
-    """``done(k) - max(done(k-1), dispatched(k))``: the executor's time on step k alone."""
-    COMPLETION = "completion"
-    """``done(k) - done(k-1)``: what a stream served by consecutive steps waits."""
-    MAX = "max"
-    """The larger of the two."""
-    DEVICE = "device"
-    """The step's time where it executes (the worker's ``execute_model`` plus
-    ``sample_tokens``); ``completion`` for a step without one."""
-
-
-class Plan(StrEnum):
-    """How ``dlfp-ct`` sizes a mixed step from its cost model."""
-
-    DEADLINE = "deadline"
-    """The largest prefill whose predicted end, times a margin for the tail, meets the
-    running streams' tightest deadline (last token + itl_slo_ms)."""
-    TARGET = "target"
-    """The largest prefill whose predicted time fits ``allowance x target_ms``."""
 
 
 class DLFPConfig(BaseModel):

@@ -17,6 +17,7 @@ from typing import Any
 
 from engine_worker.controller.cost_model import StepCostModel, StepShape
 from engine_worker.controller.deadline_plan import Deadline, DeadlinePlan
+from engine_worker.controller.modes import ControllerMode, Observation
 from engine_worker.controller.params import (
     AUTO_TARGET_DECODE_MULTIPLE,
     AUTO_TARGET_SLO_FRACTION,
@@ -140,9 +141,11 @@ class PrefillCapController:
             num_deadline_steps=plan.num_deadline_steps,
             num_deadline_misses=plan.num_deadline_misses,
             observation_in_force=self._observation_in_force
-            if self._params.mode == "dlfp-ct"
+            if self._params.mode == ControllerMode.DLFP_CT
             else None,
-            host_share_ms=plan.host_s() * 1000.0 if self._params.observation == "device" else None,
+            host_share_ms=plan.host_s() * 1000.0
+            if self._params.observation == Observation.DEVICE
+            else None,
         )
 
     def reset(self, *, model: bool = False) -> None:
@@ -178,7 +181,7 @@ class PrefillCapController:
         self._deadline_plan.apply_params(params)
         if params.mode != old.mode or params.initial_cap_tokens != old.initial_cap_tokens:
             self.reset()
-        elif params.mode == "fixed":
+        elif params.mode == ControllerMode.FIXED:
             self._law.set_cap(params.fixed_cap_tokens)
         elif self._law.cap_tokens is not None:
             self._law.set_cap(params.clamp(self._law.cap_tokens))
@@ -207,7 +210,7 @@ class PrefillCapController:
         """
         now_s = self._now(now_s)
         previous = self._timeline.close_interval(now_s)
-        if previous is not None and self._params.mode == "dlfp":
+        if previous is not None and self._params.mode == ControllerMode.DLFP:
             self._observe(previous, previous.interval_s)
         cap, is_planned = None, False
         deadline: Deadline | None = None
@@ -305,14 +308,14 @@ class PrefillCapController:
         record.device_s = device_s
         self._deadline_plan.on_step_done(record)
         observation = self._params.observation
-        if observation == "device" and device_s is None:
-            observation = "completion"
+        if observation == Observation.DEVICE and device_s is None:
+            observation = Observation.COMPLETION
         self._observation_in_force = observation
         observed_s = record.completion_timed_s(self._params.observation)
         if observed_s is not None and record.shape is not None:
             # The cost model predicts the same quantity the feedback law corrects.
             self._model.observe(record.shape, observed_s)
-        if self._params.mode == "dlfp-ct":
+        if self._params.mode == ControllerMode.DLFP_CT:
             self._observe(record, observed_s)
         return record
 

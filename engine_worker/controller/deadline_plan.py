@@ -24,6 +24,7 @@ from engine_worker.controller.cap_search import fits_budget, largest_fitting_cap
 from engine_worker.controller.cost_model import StepCostModel
 from engine_worker.controller.host_share import HostShareWindow
 from engine_worker.controller.margin import MarginWindow, corrected
+from engine_worker.controller.modes import Observation
 from engine_worker.controller.params import CapParams
 from engine_worker.controller.step_timing import StepRecord
 
@@ -73,7 +74,7 @@ class DeadlinePlan:
     def host_s(self) -> float:
         """What the plan adds to a prediction for the host: its share's quantile under
         ``device`` (a prediction of device time), else 0 (the prediction holds it)."""
-        return self.host_share.value_s() if self._params.observation == "device" else 0.0
+        return self.host_share.value_s() if self._params.observation == Observation.DEVICE else 0.0
 
     def predicted_end_s(self, now_s: float, predicted_s: float | None) -> float:
         """When a step dispatched now is predicted to end (before it is dispatched)."""
@@ -200,4 +201,4 @@ class DeadlinePlan:
         latest = self._end_s(self._recent[-1].step_index) if self._recent else None
         if latest is None:
             return now_s
-        return max(latest, now_s) if self._params.observation == "busy" else latest
+        return max(latest, now_s) if self._params.observation == Observation.BUSY else latest

@@ -1,7 +1,8 @@
 """The controller's interface: its parameters (checked) and a read-only view of its state.
 
 Standard library only, like the rest of ``controller``: ``DLFPConfig`` (pydantic, in
-``contract``) is the one place the settings, their enums and their defaults are declared;
+``contract``) is the one place the settings and their defaults are declared, their enums
+are ``modes``;
 ``CapParams.from_config`` copies them, by name, into a plain dataclass the controller runs
 on, without importing the model.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
+
+from engine_worker.controller.modes import ControllerMode, Observation, Plan
 
 AUTO_TARGET_SLO_FRACTION = 0.6
 """An ``auto`` target is at least this share of the ITL objective ..."""
@@ -32,7 +35,7 @@ class CapParams:
     """Controller parameters, copied from a ``DLFPConfig`` (which declares, checks and
     defaults them) into a plain dataclass the hot path reads."""
 
-    mode: str
+    mode: ControllerMode
     target_ms: float | None
     """None = ``auto``: derived from ``itl_slo_ms`` and the measured decode-only step."""
     gain: float
@@ -45,10 +48,10 @@ class CapParams:
     """``dlfp-ct`` only: size each mixed step from the online cost model."""
     itl_slo_ms: float
     """The ITL objective an ``auto`` target derives from."""
-    observation: str
-    """``dlfp-ct`` only: the step time fed back (an ``Observation`` value)."""
-    plan: str = "deadline"
-    """``dlfp-ct`` with ``feedforward`` only: what a mixed step is planned to (a ``Plan`` value)."""
+    observation: Observation
+    """``dlfp-ct`` only: the step time fed back."""
+    plan: Plan = Plan.DEADLINE
+    """``dlfp-ct`` with ``feedforward`` only: what a mixed step is planned to."""
     margin_quantile: float = 0.99
     """Deadline plan: the quantile of observed/predicted step time that is the margin."""
     ttft_slo_ms: float = 30_000.0
@@ -60,7 +63,7 @@ class CapParams:
         values = config.model_dump()
         target_ms = values["target_ms"]
         return cls(
-            mode=str(values["controller"]),
+            mode=ControllerMode(values["controller"]),
             target_ms=None if target_ms == "auto" else float(target_ms),
             gain=values["gain"],
             initial_cap_tokens=values["initial_cap_tokens"],
@@ -70,8 +73,8 @@ class CapParams:
             fixed_cap_tokens=values["fixed_cap_tokens"],
             feedforward=values["feedforward"],
             itl_slo_ms=values["itl_slo_ms"],
-            observation=str(values["observation"]),
-            plan=str(values["plan"]),
+            observation=Observation(values["observation"]),
+            plan=Plan(values["plan"]),
             margin_quantile=values["margin_quantile"],
             ttft_slo_ms=values["ttft_slo_ms"],
         )
@@ -83,9 +86,9 @@ class CapParams:
 
     def starting_cap(self) -> int | None:
         """The cap a freshly reset controller applies in this mode."""
-        if self.mode == "off":
+        if self.mode == ControllerMode.OFF:
             return None
-        if self.mode == "fixed":
+        if self.mode == ControllerMode.FIXED:
             return self.fixed_cap_tokens
         if self.uses_cost_model:
             # NOTE: until its cost model fits and plans, dlfp-ct grows from the floor:
@@ -96,11 +99,11 @@ class CapParams:
 
     @property
     def uses_cost_model(self) -> bool:
-        return self.feedforward and self.mode == "dlfp-ct"
+        return self.feedforward and self.mode == ControllerMode.DLFP_CT
 
     @property
     def plans_deadlines(self) -> bool:
-        return self.uses_cost_model and self.plan == "deadline"
+        return self.uses_cost_model and self.plan == Plan.DEADLINE
 
 
 @dataclass(frozen=True)

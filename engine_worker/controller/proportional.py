@@ -14,6 +14,7 @@ also stops wind-up.
 
 from __future__ import annotations
 
+from engine_worker.controller.modes import ControllerMode
 from engine_worker.controller.params import MAX_ALLOWANCE, MIN_ALLOWANCE, CapParams
 from engine_worker.controller.step_timing import StepRecord
 
@@ -83,7 +84,7 @@ class ProportionalLaw:
         # issued still counts: with a batch queue step k+1 is always scheduled before
         # step k completes, and the paper's guard dropped every other observation.
         # Steps from before a reset or another mode never count.
-        if mode == "dlfp-ct":
+        if mode == ControllerMode.DLFP_CT:
             stale = record.cap_generation < self.reset_generation
         else:
             stale = record.cap_generation != self.generation

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine_worker.controller.cost_model import StepShape
+from engine_worker.controller.modes import ControllerMode, Observation
 
 
 def _to_ms(seconds: float | None) -> float | None:
@@ -74,7 +75,7 @@ class StepRecord:
     """Whether the cap came from the cost model (feed-forward) rather than the feedback cap."""
     target_s: float = 0.0
     """The controller's target when the step was scheduled (``auto`` resolves per step)."""
-    observation: str = "busy"
+    observation: Observation = Observation.BUSY
     """What ``dlfp-ct`` feeds back for this step: busy, completion, max or device."""
     cap_exact: float | None = None
     """The unquantised feedback cap in force when the step was scheduled."""
@@ -108,13 +109,13 @@ class StepRecord:
 
     def observation_s(self) -> float | None:
         """The observation the step's own mode feeds back (None for off/fixed)."""
-        if self.mode == "dlfp":
+        if self.mode == ControllerMode.DLFP:
             return self.interval_s
-        if self.mode == "dlfp-ct":
+        if self.mode == ControllerMode.DLFP_CT:
             return self.completion_timed_s(self.observation)
         return None
 
-    def completion_timed_s(self, observation: str) -> float | None:
+    def completion_timed_s(self, observation: Observation) -> float | None:
         """The completion-timed observation of kind ``observation`` (busy/completion/max/
         device); ``device`` without a device time is ``completion``.
 
@@ -123,14 +124,14 @@ class StepRecord:
         such a step falls back to its busy time. While a request decodes the
         engine loop never waits for input, so the interval holds no idle time.
         """
-        if observation == "device":
+        if observation == Observation.DEVICE:
             if self.device_s is not None:
                 return self.device_s
-            observation = "completion"
+            observation = Observation.COMPLETION
         completion = self.completion_interval_s if self.num_decoding > 0 else None
-        if observation == "busy" or completion is None:
+        if observation == Observation.BUSY or completion is None:
             return self.busy_s
-        if observation == "completion" or self.busy_s is None:
+        if observation == Observation.COMPLETION or self.busy_s is None:
             return completion
         return max(self.busy_s, completion)
 
