@@ -9,8 +9,8 @@ import json
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import httpx
@@ -138,21 +138,34 @@ def _wait_for(done: Callable[[], bool], timeout_s: float = 30.0) -> None:
         time.sleep(0.01)
 
 
-def test_a_client_that_leaves_frees_its_place_at_once() -> None:
+@contextmanager
+def _gated_app() -> Iterator[tuple[FakeEngine, FastAPI, Callable[[], socket.socket]]]:
+    """An app served in a thread on the FAKE engine, its tokenizer gated, and a way to
+    send it a chat over a raw socket (closed to leave)."""
     from gateway.settings import Settings
 
     engine = FakeEngine()
     engine.tokenize_gate = threading.Event()
     app = fake_app(Settings(_env_file=None), engine)  # type: ignore[call-arg]
+    body = json.dumps(CHAT).encode()
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode()
     with served_in_thread(app) as where:
         host, port = where.split(":")
-        body = json.dumps(CHAT).encode()
-        head = (
-            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
-            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
-        )
-        sock = socket.create_connection((host, int(port)))
-        sock.sendall(head.encode() + body)
+
+        def send() -> socket.socket:
+            sock = socket.create_connection((host, int(port)))
+            sock.sendall(head + body)
+            return sock
+
+        yield engine, app, send
+
+
+def test_a_client_that_leaves_frees_its_place_at_once() -> None:
+    with _gated_app() as (engine, app, send):
+        sock = send()
         state = app.state.gateway
         _wait_for(lambda: state.admission.num_reserved == 1)
         assert engine.tokenize_entered.wait(30)
@@ -215,24 +228,11 @@ async def test_a_waiter_cancelled_after_its_grant_leaves_no_count_behind() -> No
 
 
 def test_work_still_waiting_for_its_turn_is_cancelled_when_its_client_leaves() -> None:
-    from gateway.settings import Settings
-
-    engine = FakeEngine()
-    engine.tokenize_gate = threading.Event()
-    app = fake_app(Settings(_env_file=None), engine)  # type: ignore[call-arg]
-    with served_in_thread(app) as where:
-        host, port = where.split(":")
-        body = json.dumps(CHAT).encode()
-        head = (
-            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
-            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
-        ).encode()
+    with _gated_app() as (engine, app, send):
         state = app.state.gateway
-        first = socket.create_connection((host, int(port)))
-        first.sendall(head + body)
+        first = send()
         assert engine.tokenize_entered.wait(30)  # holds the client's one turn
-        second = socket.create_connection((host, int(port)))
-        second.sendall(head + body)  # waits for that turn
+        second = send()  # waits for that turn
         _wait_for(lambda: state.admission.num_reserved == 2)
         _wait_for(lambda: state.client_shares.num_at_work("addr:127.0.0.1") == 2)
         second.close()
