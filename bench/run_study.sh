@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs a study (bench/studies/*.toml): the servers its parts need, one at a time (bench/lib.sh),
 # each part's trials (`dlfp-gateway bench --study FILE --part NAME`, or `bench sweep`) or
-# command, then its comparisons and summary. The steps come from `python -m bench.study_plan`.
+# command, then its comparisons and summary. The steps come from
+# `python -m bench.capacity.study_plan`.
 # Resumable: a rerun skips every trial recorded in $OUT.
 #   bench/run_study.sh bench/studies/capacity.toml              # what `make bench` runs
 #   OUT=bench/results/capacity-pair-zen2 SEEDS=803 RATES=0.2 \
@@ -17,7 +18,7 @@ STUDY=${1:?usage: bench/run_study.sh STUDY.toml}
 PY=${PY:-.venv/bin/python}
 PORT=${PORT:-8100}
 TOKEN=bench-admin-token
-OUT=${OUT:-$("$PY" -m bench.study_plan results "$STUDY")}
+OUT=${OUT:-$("$PY" -m bench.capacity.study_plan results "$STUDY")}
 source bench/lib.sh
 TOK=${TOKENIZER:-$("$PY" -c "from engine_worker.client.embedded_model import ensure_embedded_model as e; print(e())")}
 
@@ -30,9 +31,9 @@ for arm in ${ARMS:-}; do overrides+=(--arm "$arm"); done
 plan_args=(--out "$OUT" --port "$PORT" --tokenizer "$TOK" --admin-token "$TOKEN" --parts "${PARTS:-}")
 [[ -n ${CALIBRATION:-} ]] && plan_args+=(--calibration "$CALIBRATION")
 # NOTE: the whole plan first, so that a bad study stops the script before any server starts.
-plan=$("$PY" -m bench.study_plan plan "$STUDY" "${plan_args[@]}" -- "${overrides[@]}")
+plan=$("$PY" -m bench.capacity.study_plan plan "$STUDY" "${plan_args[@]}" -- "${overrides[@]}")
 
-step() {  # step VERB ARGS...: one line of the plan (see bench/study_plan.py)
+step() {  # step VERB ARGS...: one line of the plan (see bench/capacity/study_plan.py)
     local verb=$1
     shift
     case $verb in

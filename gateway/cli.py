@@ -1,4 +1,5 @@
-"""``dlfp-gateway``: ``serve`` the gateway (and, from bench/, ``bench`` an endpoint).
+"""``dlfp-gateway``: ``serve`` the gateway, and the sub-commands other packages register
+(``bench``, through the ``dlfp_gateway.commands`` entry point).
 
 Every ``serve`` option is a field of ``gateway.settings.Settings``; an option
 given on the command line wins over its ``DLFP_*`` variable and ``.env``, and
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from importlib.metadata import entry_points
 from typing import Any
 
 from pydantic import ValidationError
@@ -88,7 +91,15 @@ SERVE_HELP = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+COMMAND_GROUP = "dlfp_gateway.commands"
+"""Entry points that add a sub-command to ``dlfp-gateway``. Each names a function that
+takes the sub-command parsers, adds its own (for ``--help``), and returns the function
+that runs the command on the rest of the command line (``bench`` is one)."""
+
+Runner = Callable[[list[str]], int]
+
+
+def _parser_and_runners() -> tuple[argparse.ArgumentParser, dict[str, Runner]]:
     parser = argparse.ArgumentParser(
         prog="dlfp-gateway",
         description="OpenAI-compatible LLM gateway over vLLM with DLFP prefill capping.",
@@ -100,31 +111,23 @@ def build_parser() -> argparse.ArgumentParser:
         description=SERVE_HELP,
     )
     _add_settings_options(serve)
-    # Listed for --help only: main() hands `bench ...` to bench/ before this parser runs.
-    commands.add_parser(
-        "bench",
-        help="benchmark an OpenAI-compatible endpoint (the bench extra: "
-        "pip install 'dlfp-gateway[bench]')",
-        add_help=False,
-    )
-    return parser
+    runners = {ep.name: ep.load()(commands) for ep in entry_points(group=COMMAND_GROUP)}
+    return parser, runners
 
 
-def _bench(argv: list[str]) -> int:
-    # NOTE: the one import from gateway into bench, and a lazy one: serving never loads the
-    # harness, and a missing `bench` extra is reported by bench.cli in one line.
-    from bench.cli import main as bench_main
-
-    return bench_main(argv[1:])
+def build_parser() -> argparse.ArgumentParser:
+    return _parser_and_runners()[0]
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["serve"]:
         return _serve(argv)
-    if argv[:1] == ["bench"]:
-        return _bench(argv)
-    args = build_parser().parse_args(argv)
+    parser, runners = _parser_and_runners()
+    if argv[:1] and argv[0] in runners:
+        # NOTE: a registered command parses its own arguments; the parser lists it only.
+        return runners[argv[0]](argv[1:])
+    args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)
     if handler is None:
         raise SystemExit(f"unknown command {args.command}")

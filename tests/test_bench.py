@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.compare import compare_arms, output_agreement, paired_ci, t_quantile_975
-from bench.plots import arm_styles, controller_cap, itl_cdf
-from bench.records import (
+from bench.lib.compare import compare_arms, output_agreement, paired_ci, t_quantile_975
+from bench.lib.plots import arm_styles, controller_cap, itl_cdf
+from bench.lib.records import (
     MetricsSample,
     RequestRecord,
     Trial,
@@ -27,10 +27,10 @@ from bench.records import (
     trial_path,
     write_trial,
 )
-from bench.stats import SLO, meets_slo, percentile, request_gaps, slo_miss, summarize
-from bench.stream import accounting_error, apply_event, parse_data
-from bench.tokens import CharCounter
-from bench.workload import WorkloadConfig, build_workload, poisson_arrivals
+from bench.lib.stats import SLO, meets_slo, percentile, request_gaps, slo_miss, summarize
+from bench.lib.stream import accounting_error, apply_event, parse_data
+from bench.lib.tokens import CharCounter
+from bench.lib.workload import WorkloadConfig, build_workload, poisson_arrivals
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -373,7 +373,7 @@ def test_bench_help_via_the_gateway_cli(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_parse_exposition_sums_label_sets_and_skips_others() -> None:
-    from bench.scrape import parse_exposition
+    from bench.lib.scrape import parse_exposition
 
     text = (
         "# HELP dlfp_controller_cap_tokens cap\n"
@@ -390,7 +390,7 @@ def test_parse_exposition_sums_label_sets_and_skips_others() -> None:
 
 
 def test_vllm_server_command_line() -> None:
-    from bench.vllm_server import VllmServerConfig
+    from bench.baseline.vllm_server import VllmServerConfig
 
     config = VllmServerConfig(model="/m", served_model_name="smol", port=8123, kv_cache_gib=3)
     cmd = config.command()
@@ -403,7 +403,12 @@ def test_vllm_server_command_line() -> None:
 
 
 def test_crosscheck_trace_replays_the_schedule(tmp_path: Path) -> None:
-    from bench.crosscheck import relative_diffs, same_data_diffs, vllm_requests, write_trace
+    from bench.baseline.crosscheck import (
+        relative_diffs,
+        same_data_diffs,
+        vllm_requests,
+        write_trace,
+    )
 
     specs = build_workload(WorkloadConfig(5, 0, 1.0), 801, CharCounter())
     write_trace(specs, 32, 801, tmp_path / "trace.jsonl")

@@ -16,9 +16,9 @@ import httpx
 import pytest
 import uvicorn
 
-from bench.abuse import SCENARIO_NAMES, check_loopback
-from bench.abuse_burst import StreamRecord, judge_burst
-from bench.abuse_scenarios import SCENARIOS
+from bench.abuse.base import SCENARIO_NAMES, check_loopback
+from bench.abuse.burst import StreamRecord, judge_burst
+from bench.abuse.scenarios import SCENARIOS
 from bench.cli import main
 from gateway.server import uvicorn_config
 from gateway.settings import Settings

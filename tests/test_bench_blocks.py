@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.endpoint import DRAIN_GAUGES, EndpointError, wait_drained
-from bench.records import read_trial, trial_path
+from bench.lib.endpoint import DRAIN_GAUGES, EndpointError, wait_drained
+from bench.lib.records import read_trial, trial_path
 from gateway.cli import main as gateway_main
 from tests.fake_openai_server import ADMIN_TOKEN, FakeOpenAIServer
 

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from bench.episode_run import (
+from bench.episodes.run import (
     EpisodeRecord,
     read_record,
     read_records,
     record_path,
     write_record,
 )
-from bench.episode_setup import check_arm_names, conditions, default_arm_names
-from bench.episode_stats import SENTINEL, summarize_episodes, window_gaps
-from bench.records import RequestRecord
+from bench.episodes.setup import check_arm_names, conditions, default_arm_names
+from bench.episodes.stats import SENTINEL, summarize_episodes, window_gaps
+from bench.lib.records import RequestRecord
 from gateway.cli import main as gateway_main
 from tests.fake_openai_server import ADMIN_TOKEN, FakeOpenAIServer
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.client import ClientSettings
-from bench.loadgen import Arm, RunConfig, run_all
-from bench.records import find_trials, read_trial, trial_path
-from bench.tokens import CharCounter
-from bench.workload import WorkloadConfig
+from bench.lib.client import ClientSettings
+from bench.lib.loadgen import Arm, RunConfig, run_all
+from bench.lib.records import find_trials, read_trial, trial_path
+from bench.lib.tokens import CharCounter
+from bench.lib.workload import WorkloadConfig
 from gateway.cli import main as gateway_main
 from tests.fake_openai_server import ADMIN_TOKEN, MODEL, FakeOpenAIServer
 

@@ -14,7 +14,7 @@ import json
 import pytest
 
 from bench.cli import main
-from bench.overhead import AIM_WAITING, ARMS, BASELINE
+from bench.harness.overhead import AIM_WAITING, ARMS, BASELINE
 
 WAITING = (0, AIM_WAITING, 256)
 POLICIES = ("fcfs", "priority")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.study import load_study
-from bench.study_plan import main as plan_main
-from bench.study_plan import plan
+from bench.capacity.study import load_study
+from bench.capacity.study_plan import main as plan_main
+from bench.capacity.study_plan import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = sorted((ROOT / "bench" / "studies").glob("*.toml"))
@@ -156,7 +156,7 @@ def test_the_plan_command_prints_shell_words(
 
 
 def test_part_needs_study() -> None:
-    from bench.study import apply_study
+    from bench.capacity.study import apply_study
 
     args = argparse.Namespace(study=None, part="headline")
     with pytest.raises(ValueError, match="--part needs --study"):

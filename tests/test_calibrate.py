@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.calibrate import offered_prefill_tokens_per_s, scaled
-from bench.workload import WorkloadConfig
+from bench.lib.calibrate import offered_prefill_tokens_per_s, scaled
+from bench.lib.workload import WorkloadConfig
 
 CPU_PROTOCOL = WorkloadConfig(num_requests=30, num_warmup=2, rate_rps=0.2)
 
@@ -45,7 +45,7 @@ def test_long_prompts_then_the_rate_shrink_to_the_measured_throughput(
 def test_calibration_file_round_trips(tmp_path: Path) -> None:
     from dataclasses import asdict
 
-    from bench.calibrate import Calibration
+    from bench.lib.calibrate import Calibration
 
     calibration = scaled(CPU_PROTOCOL, 0.45, 136.0)
     path = tmp_path / "calibration.json"
@@ -54,7 +54,7 @@ def test_calibration_file_round_trips(tmp_path: Path) -> None:
 
 
 def test_capacity_interpolates_at_ninety_percent() -> None:
-    from bench.sweep import capacity
+    from bench.capacity.sweep import capacity
 
     assert capacity([(0.1, 1.0), (0.2, 0.95), (0.3, 0.75)]) == {
         "capacity_rps": pytest.approx(0.225),
@@ -65,7 +65,7 @@ def test_capacity_interpolates_at_ninety_percent() -> None:
 
 
 def test_capacity_label_names_the_bound() -> None:
-    from bench.sweep import capacity, capacity_label
+    from bench.capacity.sweep import capacity, capacity_label
 
     def entry(points: list[tuple[float, float]]) -> dict[str, object]:
         return {"rates": {f"{r:g}": {} for r, _ in points}, **capacity(points)}
@@ -76,7 +76,7 @@ def test_capacity_label_names_the_bound() -> None:
 
 
 def test_capacity_by_seed_uses_only_the_rates_each_seed_ran_at() -> None:
-    from bench.sweep import capacity_by_seed, seed_capacities
+    from bench.capacity.sweep import capacity_by_seed, seed_capacities
 
     # Seed 1 ran at both rates and crosses 90% between them; seed 2 only at the lower
     # rate, where it already missed.

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from bench.abuse import AbuseOptions, format_table, run_abuse
+from bench.abuse.base import AbuseOptions
+from bench.abuse.command import format_table, run_abuse
 from tests.conftest import ADMIN_TOKEN, TINY_MODEL_NAME, Server
 
 pytestmark = pytest.mark.engine

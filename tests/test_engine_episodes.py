@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.episode_run import read_records
-from bench.episode_setup import LEN_MARGIN
+from bench.episodes.run import read_records
+from bench.episodes.setup import LEN_MARGIN
 from gateway.cli import main as gateway_main
 from tests.conftest import ADMIN_TOKEN, Server
 

@@ -8,7 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from bench.gpu_check import SHAPES, Report, make_model_dir
+from bench.harness.gpu_check import SHAPES, Report, make_model_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,7 +66,7 @@ def test_a_reported_check_does_not_fail_the_run_and_a_failed_one_does() -> None:
 
 
 def test_the_device_timer_cost_bench_times_every_step() -> None:
-    from bench.device_timer_cost import measure
+    from bench.harness.device_timer_cost import measure
 
     result = measure(num_blocks=4, block_steps=50)
     assert result["num_written"] == 4 * 50  # the timed arm's every step reached the ring

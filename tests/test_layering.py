@@ -2,7 +2,9 @@
 
 ``controller/`` is the standard library only; ``contract/`` imports no vLLM; the HTTP
 layer reaches vLLM only through ``gateway/engine.py`` and ``engine_worker/client``; and
-nothing of ``engine_core/`` or ``worker/`` is ever imported into the gateway process.
+nothing of ``engine_core/`` or ``worker/`` is ever imported into the gateway process. The
+gateway never imports the benchmark either, and the benchmark's modules import each other
+without a circle.
 """
 
 from __future__ import annotations
@@ -139,17 +141,80 @@ def test_the_names_the_gateway_gives_vllm_name_the_classes() -> None:
         assert callable(getattr(DLFPWorkerExtension, getattr(engine_hooks, method)))
 
 
-def test_gateway_imports_bench_only_lazily_in_the_bench_command() -> None:
-    """``gateway/cli.py`` may import ``bench`` inside the function that runs ``bench``;
-    no gateway module imports it at module level."""
-    lazy: list[str] = []
-    for path in (ROOT / "gateway").rglob("*.py"):
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "bench":
-                module_level = node in tree.body
-                assert not module_level, f"{path.relative_to(ROOT)} imports bench at module level"
-                lazy.append(str(path.relative_to(ROOT)))
-            elif isinstance(node, ast.Import):
-                assert all(a.name.split(".")[0] != "bench" for a in node.names), path
-    assert lazy == ["gateway/cli.py"]
+def test_the_gateway_imports_no_bench_module() -> None:
+    """``dlfp-gateway bench`` reaches the harness through an entry point (``bench.cli``),
+    never through an import in ``gateway/``."""
+    assert _offenders(sorted((ROOT / "gateway").rglob("*.py")), ("bench",)) == {}
+    loaded = _loaded_in_fresh_interpreter("import gateway.app, gateway.cli")
+    assert [m for m in loaded if m == "bench" or m.startswith("bench.")] == []
+
+
+def _bench_module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _bench_graph() -> dict[str, set[str]]:
+    """Each ``bench`` module and the ``bench`` modules it imports, lazily or not."""
+    files = {_bench_module(p): p for p in (ROOT / "bench").rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets.add(node.module)
+                targets.update(f"{node.module}.{a.name}" for a in node.names)
+        graph[name] = {t for t in targets if t in files and t != name}
+    return graph
+
+
+def _circle(graph: dict[str, set[str]]) -> list[str]:
+    """One import circle of ``graph`` (its modules in order), or ``[]``."""
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        if node in path:
+            return [*path[path.index(node) :], node]
+        if node in done:
+            return []
+        path.append(node)
+        for target in sorted(graph[node]):
+            found = visit(target)
+            if found:
+                return found
+        path.pop()
+        done.add(node)
+        return []
+
+    for node in sorted(graph):
+        found = visit(node)
+        if found:
+            return found
+    return []
+
+
+def test_the_circle_finder_finds_a_circle() -> None:
+    assert _circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _circle({"a": {"b"}, "b": set()}) == []
+
+
+def test_bench_modules_import_each_other_without_a_circle() -> None:
+    graph = _bench_graph()
+    assert {"bench.cli", "bench.commands", "bench.abuse.scenarios", "bench.lib.loadgen"} <= set(
+        graph
+    )
+    assert _circle(graph) == []
+
+
+def test_the_shared_bench_modules_import_no_benchmark() -> None:
+    """``bench/lib/`` is what the benchmarks share: it imports only itself."""
+    graph = _bench_graph()
+    outside = {
+        name: sorted(t for t in targets if not t.startswith("bench.lib"))
+        for name, targets in graph.items()
+        if name.startswith("bench.lib")
+    }
+    assert {name: targets for name, targets in outside.items() if targets} == {}

@@ -1,14 +1,15 @@
 """The benchmark harness is an extra (quick tier): its dependencies are not the gateway's,
-the images leave it out, the gateway loads it only for ``dlfp-gateway bench``, and without
-the extra that command says in one line how to install it."""
+the images leave it out, the gateway finds it through an entry point and loads it only for
+``dlfp-gateway bench``, and without the extra that command says in one line how to
+install it."""
 
 from __future__ import annotations
 
-import ast
 import re
 import subprocess
 import sys
 import tomllib
+from importlib.metadata import entry_points
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,32 +41,11 @@ def test_the_images_install_no_bench_extra() -> None:
             assert not any(dep in line for dep in BENCH_ONLY), f"{name}: {line}"
 
 
-def _bench_imports(path: Path) -> list[tuple[str, str]]:
-    """``(enclosing function or <module>, module)`` of every import of bench in ``path``."""
-    found: list[tuple[str, str]] = []
-
-    def visit(node: ast.AST, where: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            inner = child.name if isinstance(child, ast.FunctionDef) else where
-            names = []
-            if isinstance(child, ast.Import):
-                names = [a.name for a in child.names]
-            elif isinstance(child, ast.ImportFrom) and child.module:
-                names = [child.module]
-            found.extend((where, n) for n in names if n.split(".")[0] == "bench")
-            visit(child, inner)
-
-    visit(ast.parse(path.read_text()), "<module>")
-    return found
-
-
-def test_the_gateway_imports_bench_once_lazily_for_the_bench_command() -> None:
-    found = {
-        str(path.relative_to(ROOT)): _bench_imports(path)
-        for path in sorted((ROOT / "gateway").rglob("*.py"))
-        if _bench_imports(path)
-    }
-    assert found == {"gateway/cli.py": [("_bench", "bench.cli")]}
+def test_the_gateway_finds_bench_through_its_entry_point() -> None:
+    declared = PROJECT["entry-points"]["dlfp_gateway.commands"]
+    assert declared == {"bench": "bench.cli:register"}
+    installed = {ep.name: ep.value for ep in entry_points(group="dlfp_gateway.commands")}
+    assert installed == declared, "reinstall the project: pip install --no-deps -e ."
 
 
 def _run(code: str) -> subprocess.CompletedProcess[str]:
@@ -74,7 +54,7 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_serving_and_the_top_level_help_do_not_load_the_harness() -> None:
+def test_the_top_level_help_loads_only_the_bench_entry_point() -> None:
     code = (
         "import sys\nfrom gateway.cli import build_parser\n"
         "assert 'bench' in build_parser().format_help()\n"
@@ -82,7 +62,7 @@ def test_serving_and_the_top_level_help_do_not_load_the_harness() -> None:
     )
     result = _run(code)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    assert result.stdout.strip() == "['bench', 'bench.cli']"
 
 
 def test_bench_without_the_extra_says_how_to_install_it() -> None:

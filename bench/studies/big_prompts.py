@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from bench.stats import percentile
+from bench.lib.stats import percentile
 
 WORDS = ["the", "train", "left", "the", "station", "late", "and", "rain", "fell", "on", "fields"]
 # Room for the JSON envelope around the prompt text.

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.records import Trial, find_trials, read_trial
+from bench.lib.records import Trial, find_trials, read_trial
 
 TOLERANCE = 0.15
 """The aim: an observation within 15% of the actual gap at the median of mixed steps."""

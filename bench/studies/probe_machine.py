@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from bench.records import append_jsonl
+from bench.lib.records import append_jsonl
 
 WEIGHTS_BYTES = 135_000_000 * 4  # SmolLM2-135M in float32
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import httpx
 
-from bench.calibrate import measure_prefill, write_host
-from bench.client import ClientSettings
-from bench.endpoint import wait_ready
-from bench.tokens import load_counter
+from bench.lib.calibrate import measure_prefill, write_host
+from bench.lib.client import ClientSettings
+from bench.lib.endpoint import wait_ready
+from bench.lib.tokens import load_counter
 
 
 async def probe(args: argparse.Namespace) -> dict[str, object]:

@@ -18,7 +18,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench.records import open_text
+from bench.lib.records import open_text
 
 
 def load_steps(path: Path) -> list[dict[str, Any]]:

@@ -1,0 +1,1 @@
+"""``bench episodes``: interference episodes replayed for every arm on one gateway, paired."""

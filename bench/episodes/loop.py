@@ -1,0 +1,187 @@
+"""The run of ``bench episodes``: every (episode, arm) not yet recorded, arms rotated.
+
+Before each arm's run of an episode the gateway must be drained; then the arm's
+settings are applied over the gateway's start-up settings (``PATCH /admin/dlfp``)
+and the controller is reset (``POST /admin/dlfp/reset``), so that every run starts
+from the same controller state. The arm order rotates by one per episode and runs
+backwards in every odd episode (``episode_order``). A failed run is run again on resume. When the
+run ends, or fails, the gateway gets its start-up settings back.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.episodes.run import (
+    NONCE_CHARS,
+    EpisodeRecord,
+    EpisodeShape,
+    Prompt,
+    episode_prompts,
+    read_record,
+    record_path,
+    run_episode,
+    write_record,
+)
+from bench.episodes.stats import episode_figures
+from bench.lib.client import ClientSettings
+from bench.lib.endpoint import (
+    EndpointError,
+    apply_admin_patch,
+    reset_controller,
+    wait_drained,
+    wait_ready,
+)
+from bench.lib.loadgen import Arm
+from bench.lib.tokens import TokenCounter
+
+EPISODE_SEED_BASE = 5000
+"""Episode e replays the prompts of seed ``EPISODE_SEED_BASE + e``."""
+
+
+@dataclass(frozen=True)
+class EpisodeRun:
+    results_dir: Path
+    client: ClientSettings
+    shape: EpisodeShape
+    arms: tuple[Arm, ...]
+    num_episodes: int
+    itl_slo_ms: float
+    admin_token: str | None = None
+    ready_timeout_s: float = 600.0
+
+
+ORDER = "rotate-and-reverse"
+"""How the arm order changes per episode (recorded in the plan; a plan without it was
+run with ``rotate``, the order rotated by one per episode and never reversed)."""
+
+
+def episode_order(items: tuple[Arm, ...], episode: int, order: str = ORDER) -> tuple[Arm, ...]:
+    """The arms of ``episode``: rotated by one per episode, and under ``rotate-and-reverse``
+    run backwards in every odd episode, so that over two episodes every arm's mean position
+    is the middle and it follows a different neighbour each time."""
+    shift = episode % len(items)
+    rotated = items[shift:] + items[:shift]
+    return rotated[::-1] if order == ORDER and episode % 2 else rotated
+
+
+def _check_plan(path: Path, plan: dict[str, Any]) -> dict[str, Any]:
+    """A resumed run must send what the recorded one sent, to the same arms (arms added
+    later would run hours from the others, unpaired in time); the plan in force."""
+    plan = json.loads(json.dumps(plan))  # as the file holds it: lists, not tuples
+    if path.exists():
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        saved.setdefault("order", "rotate")
+        saved.setdefault("counter", plan["counter"])
+        differing = sorted(k for k in plan if k != "order" and saved.get(k) != plan[k])
+        if differing:
+            raise ValueError(
+                f"{path} records another episode plan ({', '.join(differing)} differ): "
+                "use another --results folder"
+            )
+        return dict(saved)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
+    return plan
+
+
+def _progress(done: int, total: int, t0: float, record: EpisodeRecord, summary: str) -> None:
+    print(
+        f"[episodes] {done}/{total} elapsed {time.perf_counter() - t0:.0f}s | episode "
+        f"{record.episode} #{record.position + 1} {record.arm}: {summary}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _brief(record: EpisodeRecord, itl_slo_ms: float) -> str:
+    if record.error is not None:
+        return f"FAILED: {record.error[:160]}"
+    f = episode_figures(record, itl_slo_ms)
+
+    def ms(key: str) -> str:
+        return "-" if f[key] is None else f"{f[key]:.0f}"
+
+    return (
+        f"window {f['window_s']:.1f}s, gap P99/max {ms('window_p99_gap_ms')}/"
+        f"{ms('window_max_gap_ms')} ms, TTFT short/long {ms('ttft_short_mean_ms')}/"
+        f"{ms('ttft_long_mean_ms')} ms, lone decode {ms('lone_decode_step_ms')} ms"
+    )
+
+
+async def run_episodes(run: EpisodeRun, baseline: dict[str, Any], counter: TokenCounter) -> int:
+    """Every (episode, arm) not yet recorded; returns how many ran."""
+    plan = {
+        "shape": asdict(run.shape),
+        "num_episodes": run.num_episodes,
+        "itl_slo_ms": run.itl_slo_ms,
+        "episode_seed_base": EPISODE_SEED_BASE,
+        "arms": {a.name: a.admin_patch for a in run.arms},
+        "order": ORDER,
+        "counter": counter.name,
+        "client": run.client.public() | {"cache_salt": None},
+    }
+    plan = _check_plan(run.results_dir / "episodes.json", plan)
+    total = run.num_episodes * len(run.arms)
+    done = ran = 0
+    t0 = time.perf_counter()
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(limits=limits, timeout=run.client.request_timeout_s) as http:
+        try:
+            for episode in range(run.num_episodes):
+                prompts = episode_prompts(run.shape, EPISODE_SEED_BASE + episode, counter)
+                arms = episode_order(run.arms, episode, str(plan["order"]))
+                for position, arm in enumerate(arms):
+                    done += 1
+                    path = record_path(run.results_dir, episode, arm.name)
+                    if path.exists() and read_record(path).error is None:
+                        continue  # a failed run is run again
+                    record = await _run_one(http, run, baseline, arm, episode, position, prompts)
+                    write_record(path, record)
+                    ran += 1
+                    _progress(done, total, t0, record, _brief(record, run.itl_slo_ms))
+        finally:
+            # Leave the gateway as it was found (without hiding why the run stopped).
+            try:
+                await apply_admin_patch(http, run.client.base_url, baseline, run.admin_token)
+                await reset_controller(http, run.client.base_url, run.admin_token)
+            except EndpointError as exc:
+                print(f"[episodes] could not restore the settings: {exc}", file=sys.stderr)
+    return ran
+
+
+async def _run_one(
+    http: httpx.AsyncClient,
+    run: EpisodeRun,
+    baseline: dict[str, Any],
+    arm: Arm,
+    episode: int,
+    position: int,
+    prompts: list[Prompt],
+) -> EpisodeRecord:
+    base_url = run.client.base_url
+    await wait_ready(http, base_url, run.client.api_key, run.ready_timeout_s)
+    await wait_drained(http, base_url)
+    patch = baseline | (arm.admin_patch or {})
+    await apply_admin_patch(http, base_url, patch, run.admin_token)
+    # NOTE: a PATCH that keeps the mode keeps the learned cap and cost model: reset, so
+    # that every arm's run starts from the same controller state.
+    reset = await reset_controller(http, base_url, run.admin_token)
+    record = EpisodeRecord(
+        episode=episode,
+        arm=arm.name,
+        position=position,
+        nonce=uuid.uuid4().hex[:NONCE_CHARS],
+        admin_patch=arm.admin_patch,
+        reset_response=reset.get("state") if isinstance(reset.get("state"), dict) else None,
+        started_unix_s=time.time(),
+    )
+    return await run_episode(http, run.client, run.shape, prompts, record)

@@ -1,0 +1,184 @@
+"""What ``bench episodes`` measures and decides before the first episode.
+
+The arms (``off``, the static caps up to ``max_cap_tokens``, ``dlfp``, ``dlfp-ct`` and a
+second ``dlfp-ct`` as a sentinel) and the admin patch that selects each; the long
+prompts' length, sized to about a given lone prefill time on this machine; the lone
+decode step; and the baseline's four conditions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.episodes.stats import SENTINEL
+from bench.lib.calibrate import PROBE_TOKENS
+from bench.lib.client import ClientSettings, new_record, stream_into
+from bench.lib.endpoint import EndpointError
+from bench.lib.stats import request_gaps
+from bench.lib.tokens import TokenCounter
+from bench.lib.workload import RequestSpec, make_prompt
+
+TARGET_PLAN = "dlfp-ct-target"
+"""The arm of ``dlfp-ct`` planning to a target instead of the streams' deadlines."""
+LEN_MARGIN = 64
+"""Long prompts are capped at ``max_model_len`` minus this."""
+CAP_SHARE = 0.9
+"""The cap, in counted tokens, keeps this share of the limit: the server's tokens per
+counted token vary from prompt to prompt (much more with ``--tokenizer`` unset)."""
+SIZING_ROUNDS = 3
+"""Probes of lone long prompts, each correcting the length toward the prefill time asked
+for (then one more at the length chosen, to record what it takes)."""
+DECODE_PROBE_TOKENS = 64
+
+
+def default_arm_names(settings: dict[str, Any]) -> list[str]:
+    """``off``, ``fixed`` at 8, 16, 32, ... and ``max_cap_tokens``, ``dlfp``, ``dlfp-ct``,
+    and the sentinel (a second ``dlfp-ct``) half the order away from ``dlfp-ct``, so that
+    the two runs it compares are as far apart in time as two arms usually are."""
+    low, high = int(settings["min_cap_tokens"]), int(settings["max_cap_tokens"])
+    step = int(settings["step_tokens"])
+    caps = [c for c in (8 * 2**k for k in range(20)) if low <= c <= high and c % step == 0]
+    if high not in caps:
+        caps.append(high)
+    names = ["off", *(f"fixed-{c}" for c in caps), "dlfp", "dlfp-ct"]
+    names.insert((names.index("dlfp-ct") + (len(names) + 1) // 2) % len(names) + 1, SENTINEL)
+    return names
+
+
+def check_arm_names(names: list[str], settings: dict[str, Any]) -> None:
+    """Refuse, before the first episode, duplicate arms and static caps the gateway would."""
+    if len(set(names)) != len(names):
+        raise ValueError(f"--arms: each arm once, got {','.join(names)}")
+    bounds = ("min_cap_tokens", "max_cap_tokens", "step_tokens")
+    known = all(k in settings for k in bounds)  # an endpoint that states its caps
+    low, high, step = (int(settings[k]) for k in bounds) if known else (0, 0, 1)
+    for name in names:
+        arm_patch(name, None)  # refuses an unknown name
+        if known and name.startswith("fixed-"):
+            cap = int(name[6:])
+            if not low <= cap <= high or cap % step:
+                raise ValueError(
+                    f"--arms: {name} outside the gateway's caps (multiples of {step} "
+                    f"within [{low}, {high}])"
+                )
+
+
+def arm_patch(name: str, itl_slo_ms: float | None) -> dict[str, Any]:
+    """The ``PATCH /admin/dlfp`` body that selects the arm ``name``."""
+    extra: dict[str, Any] = {} if itl_slo_ms is None else {"itl_slo_ms": itl_slo_ms}
+    if name.startswith("fixed-"):
+        if not name[6:].isdigit():
+            raise ValueError(f"unknown arm {name!r}: fixed-<tokens>")
+        return {"controller": "fixed", "fixed_cap_tokens": int(name[6:])} | extra
+    if name == SENTINEL:
+        return {"controller": "dlfp-ct"} | extra
+    if name in ("off", "dlfp", "dlfp-ct"):
+        return {"controller": name} | extra
+    if name == TARGET_PLAN:
+        return {"controller": "dlfp-ct", "plan": "target"} | extra
+    raise ValueError(
+        f"unknown arm {name!r}: off, fixed-<tokens>, dlfp, dlfp-ct, {TARGET_PLAN} or {SENTINEL}"
+    )
+
+
+async def _prefill_probe(
+    http: httpx.AsyncClient, client: ClientSettings, counter: TokenCounter, index: int, length: int
+) -> dict[str, Any]:
+    """One lone long prompt of ``length`` counted tokens: its server tokens and TTFT."""
+    prompt, counted = make_prompt(4900, index, "long", length, length + 16, counter)
+    spec = RequestSpec(index, "long", False, 0.0, prompt, counted)
+    one = replace(client, max_tokens=1)
+    record = await stream_into(http, one, new_record(spec, 1), time.perf_counter())
+    if not record.is_ok or not record.chunk_s or record.send_s is None:
+        raise EndpointError(f"the sizing probe failed: {record.error}")
+    probe = {
+        "tokens": counted,
+        "server_tokens": record.num_prompt_tokens or counted,
+        "ttft_s": record.chunk_s[0] - record.send_s,
+    }
+    print(
+        f"[episodes] sizing probe {index}: {probe['server_tokens']} tokens, "
+        f"TTFT {probe['ttft_s']:.2f} s",
+        file=sys.stderr,
+    )
+    return probe
+
+
+async def size_long_prompts(
+    http: httpx.AsyncClient,
+    client: ClientSettings,
+    counter: TokenCounter,
+    prefill_s: float,
+    max_model_len: int,
+    results_dir: Path,
+) -> int:
+    """The long prompts' length (by ``counter``) for about ``prefill_s`` of lone prefill,
+    within ``max_model_len - LEN_MARGIN`` server tokens; measured once (``sizing.json``).
+
+    A warm-up probe, one at ``PROBE_TOKENS`` for a first guess (prefill speed, and the
+    server's tokens per counted token), then ``SIZING_ROUNDS`` at the guess, each
+    correcting it (prefill is not linear in the length), then one at the length chosen,
+    which ``sizing.json`` records as ``final_probe``."""
+    path = results_dir / "sizing.json"
+    if path.exists():
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        print(f"[episodes] long prompts: {saved['long_tokens']} tokens ({path})", file=sys.stderr)
+        return int(saved["long_tokens"])
+    probe_client = replace(client, cache_salt=f"dlfp-sizing-{uuid.uuid4().hex[:12]}")
+    limit = max_model_len - LEN_MARGIN
+    probes = [await _prefill_probe(http, probe_client, counter, 0, min(PROBE_TOKENS, limit // 4))]
+    length = int(probes[0]["tokens"])
+    for index in range(1, SIZING_ROUNDS + 1):
+        probe = await _prefill_probe(http, probe_client, counter, index, length)
+        probes.append(probe)
+        per_counted = probe["server_tokens"] / probe["tokens"]
+        scale = min(prefill_s / probe["ttft_s"], limit / probe["server_tokens"])
+        cap = math.floor(CAP_SHARE * limit / per_counted)
+        length = max(1, min(math.floor(length * scale), cap))
+    final = await _prefill_probe(http, probe_client, counter, SIZING_ROUNDS + 1, length)
+    saved = {
+        "prefill_s": prefill_s,
+        "probes": probes,
+        "final_probe": final,
+        "counter": counter.name,
+        "max_model_len": max_model_len,
+        "long_tokens": length,
+    }
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(saved, indent=2) + "\n", encoding="utf-8")
+    print(f"[episodes] long prompts: {length} tokens", file=sys.stderr)
+    return length
+
+
+async def lone_decode_probe_ms(http: httpx.AsyncClient, client: ClientSettings) -> float:
+    """Median gap of one stream decoding alone (``DECODE_PROBE_TOKENS`` tokens)."""
+    spec = RequestSpec(0, "short", False, 0.0, f"[probe {uuid.uuid4().hex[:12]}] Count on.", 0)
+    probe = replace(client, max_tokens=DECODE_PROBE_TOKENS)
+    record = await stream_into(
+        http, probe, new_record(spec, DECODE_PROBE_TOKENS), time.perf_counter()
+    )
+    gaps = [g for g in request_gaps(record) if g > 0]
+    if not record.is_ok or not gaps:
+        raise EndpointError(f"the lone-decode probe failed: {record.error}")
+    return 1000 * statistics.median(gaps)
+
+
+def conditions(default_slo_ms: float, decode_step_ms: float) -> dict[str, dict[str, Any]]:
+    """The baseline's four conditions: two objectives, each with 2 and 8 decoding streams."""
+    # Down to a multiple of 10 ms, and no lower than the objective's floor of 10 ms.
+    tight = max(10, math.floor(min(3 * decode_step_ms, 0.6 * default_slo_ms) / 10) * 10)
+    out = {}
+    for slo in (default_slo_ms, float(tight)):
+        for decoders in (2, 8):
+            out[f"slo{slo:g}-d{decoders}"] = {"itl_slo_ms": slo, "num_decoders": decoders}
+    return out
