@@ -29,7 +29,7 @@ from gateway.routes import admin, dashboard, health, openai
 from gateway.settings import Settings
 from gateway.state import GatewayState
 from gateway.stored_responses import build_store
-from gateway.telemetry import poll_controller
+from gateway.telemetry import poll_controller, set_controller_target
 from gateway.ttft_estimate import StartupPrior
 
 logger = logging.getLogger("dlfp.gateway")
@@ -106,7 +106,7 @@ def create_app(
         watcher = asyncio.create_task(watch_engine(state.watch, on_hung))
         app.state.engine_starter = starter
         if state.dlfp.target_ms != "auto":  # else the poller reads the target in force
-            state.metrics.controller_target.set(state.dlfp.target_ms / 1000)
+            set_controller_target(state.metrics, state.dlfp.target_ms)
         try:
             yield
         finally:

@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine_worker.contract.api import EngineDeadError, EngineNotReadyError, InvalidRequestError
 from gateway.admission import AdmissionRejected, ClientDisconnected
+from gateway.metrics import Outcome
 from gateway.response_store import StoreUnavailableError
 
 logger = logging.getLogger("dlfp.http")
@@ -94,7 +95,7 @@ def engine_unavailable(message: str = "the engine is not available") -> APIError
     return APIError(503, message, code="engine_unavailable", headers={"Retry-After": "5"})
 
 
-def outcome_of(exc: BaseException) -> str:
+def outcome_of(exc: BaseException) -> Outcome:
     """The ``dlfp_requests_total`` outcome of a request that ended in ``exc``."""
     if isinstance(exc, AdmissionRejected):
         return "shed"

@@ -19,7 +19,8 @@ from contextlib import AsyncExitStack
 
 from engine_worker.contract.api import GenerationChunk, RequestStream, SamplingOptions
 from gateway.admission import Ticket
-from gateway.request_meter import Outcome, RequestMeter
+from gateway.metrics import Outcome
+from gateway.request_meter import RequestMeter
 from gateway.state import GatewayState
 
 logger = logging.getLogger("dlfp.gateway")

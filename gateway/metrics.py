@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
@@ -69,7 +70,11 @@ REQUEST_BUCKETS_S: tuple[float, ...] = (
     600.0,
 )
 
-OUTCOMES = ("ok", "client_error", "shed", "aborted", "client_stalled", "server_error")
+Outcome = Literal["ok", "client_error", "shed", "aborted", "client_stalled", "server_error"]
+"""How a request ended, as ``dlfp_requests_total`` counts it: served (``ok``), refused as
+invalid (``client_error``) or by admission (``shed``), left by its client (``aborted``)
+or cut for not reading (``client_stalled``), or failed (``server_error``)."""
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 LOOP_LAG_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 REJECTION_REASONS = (
     "concurrency",

@@ -15,17 +15,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Literal
 
 from engine_worker.contract.api import GenerationChunk
 from gateway.admission import AdmissionRejected
 from gateway.errors import outcome_of
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import GatewayMetrics, Outcome
 
 logger = logging.getLogger("dlfp.request")
-
-Outcome = Literal["ok", "aborted", "client_stalled", "server_error"]
-"""How a request that reached the engine ended, as ``dlfp_requests_total`` counts it."""
 
 
 class RequestMeter:

@@ -63,7 +63,7 @@ class ControllerMirror:
         m = self._metrics
         m.controller_cap.set(cap_gauge_value(live.get("cap_tokens")))
         m.controller_observation.set(_seconds(live.get("last_observation_ms")))
-        m.controller_target.set(_seconds(live.get("target_ms")))
+        set_controller_target(m, live.get("target_ms"))
         margin = live.get("margin")
         m.controller_margin.set(float(margin) if isinstance(margin, int | float) else 0.0)
         for name, value in plan_gauge_values(live.get("plan")).items():
@@ -95,3 +95,9 @@ async def poll_controller(state: GatewayState, interval_s: float = 0.5) -> None:
             continue
         failing = False
         mirror.apply(live)
+
+
+def set_controller_target(metrics: GatewayMetrics, target_ms: object) -> None:
+    """``dlfp_controller_target_seconds`` from a target in ms (0 when it is not a number:
+    ``auto`` before the engine core has resolved it)."""
+    metrics.controller_target.set(_seconds(target_ms))

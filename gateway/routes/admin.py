@@ -14,7 +14,7 @@ from collections.abc import Awaitable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Body, Query, Request
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from engine_worker.contract.api import EngineDeadError, EngineNotReadyError, InvalidRequestError
 from engine_worker.contract.dlfp_config import DLFPConfig
@@ -23,6 +23,7 @@ from gateway.admission import AdmissionLimits
 from gateway.deps import AdminDep, GatewayDep
 from gateway.errors import APIError, ErrorResponse, first_error
 from gateway.state import GatewayState
+from gateway.telemetry import set_controller_target
 
 logger = logging.getLogger("dlfp.admin")
 
@@ -88,24 +89,32 @@ async def _apply(
     old = gateway.dlfp
     state = await _engine_call(gateway, gateway.engine.apply_dlfp_config(new))
     gateway.dlfp = new
-    changed = {
+    set_controller_target(gateway.metrics, state.get("target_ms"))
+    _record_change(gateway, "dlfp", old, new, who, request)
+    return await _snapshot(gateway, state)
+
+
+def _record_change(
+    gateway: GatewayState, section: str, old: BaseModel, new: BaseModel, who: str, request: Request
+) -> None:
+    """Counts an admin change and logs it as ``admin_change``, with each field's old and
+    new value."""
+    changes = {
         key: {"old": value, "new": getattr(new, key)}
         for key, value in old.model_dump().items()
         if getattr(new, key) != value
     }
     gateway.metrics.admin_changes.inc()
-    gateway.metrics.controller_target.set(float(state.get("target_ms") or 0.0) / 1000)
     logger.info(
-        "dlfp settings changed",
+        f"{section} settings changed",
         extra={
             "event": "admin_change",
-            "section": "dlfp",
+            "section": section,
             "who": who,
-            "changes": changed,
+            "changes": changes,
             "method": request.method,
         },
     )
-    return await _snapshot(gateway, state)
 
 
 @router.get("/dlfp", responses=_ERRORS)
@@ -220,22 +229,7 @@ async def patch_admission(
         except ValidationError as exc:
             raise _invalid(exc) from exc
         gateway.admission.update_limits(new)
-        changes = {
-            k: {"old": v, "new": getattr(new, k)}
-            for k, v in old.model_dump().items()
-            if getattr(new, k) != v
-        }
-        gateway.metrics.admin_changes.inc()
-        logger.info(
-            "admission limits changed",
-            extra={
-                "event": "admin_change",
-                "section": "admission",
-                "who": who,
-                "changes": changes,
-                "method": request.method,
-            },
-        )
+        _record_change(gateway, "admission", old, new, who, request)
         return _admission_view(gateway)
 
 
