@@ -3,7 +3,8 @@
 Every field here is also a ``dlfp-gateway serve`` option (``--max-model-len`` for
 ``max_model_len``); the field's docstring is its help text.
 
-The controller's settings are declared once, in ``DLFPConfig``, and the admission
+The controller's settings are declared once, in ``CapParams`` (``DLFPConfig`` is the
+pydantic model derived from it), and the admission
 limits once, in ``AdmissionLimits``: their fields are copied here (a DLFP field as an
 optional override, unset = the per-device default), with the same types, bounds and
 docstrings, so a field added there is an option and a variable here with no code.

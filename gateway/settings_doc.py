@@ -51,7 +51,8 @@ booleans and numbers are read as their text."""
 DLFP_INTRO = """\
 ## Controller and SLO targets
 
-`DLFPConfig` in `engine_worker/contract/dlfp_config.py`. The same fields, by the names in the first
+Declared once, in `CapParams` (`engine_worker/controller/params.py`), and validated as
+`DLFPConfig` (`engine_worker/contract/dlfp_config.py`). The same fields, by the names in the first
 column, make the `settings` object of `/admin/dlfp`, so each can also change while the
 gateway runs ([operations](operations.md#runtime-tuning-admindlfp)). A field left unset
 takes its device's default: the CPU column suits the embedded SmolLM2-135M on two cores,

@@ -70,7 +70,7 @@ def run_sync_steps(
 
 @pytest.mark.parametrize("mode", ["dlfp", "dlfp-ct"])
 def test_converges_to_target(mode: str) -> None:
-    controller, clock = make_controller(replace(PARAMS, mode=mode))
+    controller, clock = make_controller(replace(PARAMS, controller=mode))
     plant = ToyPlant()
     run_sync_steps(controller, clock, plant, num_steps=60)
     cap = controller.state.cap_tokens
@@ -174,7 +174,7 @@ def test_reset_makes_in_flight_steps_stale() -> None:
 
 
 def test_interval_controller_attributes_interval_to_first_call() -> None:
-    controller, clock = make_controller(replace(PARAMS, mode="dlfp"))
+    controller, clock = make_controller(replace(PARAMS, controller="dlfp"))
     controller.on_schedule(num_decoding=1)
     controller.on_scheduled(num_prefill_tokens=128, num_decode_tokens=1)
     clock.advance(0.4)
@@ -188,7 +188,7 @@ def test_interval_controller_attributes_interval_to_first_call() -> None:
 
 
 def test_fixed_mode() -> None:
-    controller, clock = make_controller(replace(PARAMS, mode="fixed"))
+    controller, clock = make_controller(replace(PARAMS, controller="fixed"))
     caps = run_sync_steps(controller, clock, ToyPlant(a_s=0.5), num_steps=10)
     assert caps == [PARAMS.fixed_cap_tokens] * 10
     assert controller.on_schedule(num_decoding=0) is None
@@ -197,7 +197,7 @@ def test_fixed_mode() -> None:
 
 
 def test_off_mode() -> None:
-    controller, clock = make_controller(replace(PARAMS, mode="off"))
+    controller, clock = make_controller(replace(PARAMS, controller="off"))
     caps = run_sync_steps(controller, clock, ToyPlant(a_s=0.5), num_steps=10)
     assert caps == [None] * 10
     assert controller.state.cap_tokens is None
@@ -318,6 +318,6 @@ def test_dlfp_ct_with_its_cost_model_starts_from_the_floor() -> None:
     assert planning.on_schedule(num_decoding=1) == PARAMS.min_cap_tokens
     planning.reset()
     assert planning.state.cap_tokens == PARAMS.min_cap_tokens
-    for params in (replace(PARAMS, mode="dlfp", feedforward=True), PARAMS):
+    for params in (replace(PARAMS, controller="dlfp", feedforward=True), PARAMS):
         controller = PrefillCapController(params)
         assert controller.on_schedule(num_decoding=1) == PARAMS.initial_cap_tokens

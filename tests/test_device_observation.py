@@ -247,7 +247,7 @@ ITL_SLO_S = 0.5
 PLANT = ContextPlant(base_s=0.060, decode_s=0.0075, noise=0.0)
 DEADLINE = replace(
     PARAMS,
-    target_ms=None,
+    target_ms="auto",
     feedforward=True,
     plan="deadline",
     min_cap_tokens=8,

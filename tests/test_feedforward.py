@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from typing import Literal
 
 import pytest
 
@@ -26,7 +27,7 @@ TARGET_MS = 300.0
 
 
 def params(
-    feedforward: bool, target_ms: float | None = TARGET_MS, step_tokens: int = 32
+    feedforward: bool, target_ms: float | Literal["auto"] = TARGET_MS, step_tokens: int = 32
 ) -> CapParams:
     return cap_params(
         target_ms=target_ms,
@@ -112,7 +113,7 @@ SLOW_CPU = ContextPlant(base_s=0.095, decode_s=0.002, prefill_s_per_token=0.0073
 def test_auto_target_fits_the_slow_machine(itl_slo_ms: float, step_tokens: int) -> None:
     # NOTE: one quantum must cost well under 15% of the target: 8 tokens take
     # 58 ms here, fine for the default 300 ms target, too coarse for 195 ms.
-    auto = replace(params(True, None, step_tokens), itl_slo_ms=itl_slo_ms)
+    auto = replace(params(True, "auto", step_tokens), itl_slo_ms=itl_slo_ms)
     targets: list[float] = []
     steps = run(True, plant=SLOW_CPU, controller_params=auto, targets_ms=targets)
     full = [

@@ -3,9 +3,12 @@ value stops ``serve`` with status 2 and one line (quick tier)."""
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 
-from engine_worker.contract.dlfp_config import DLFPConfig
+from engine_worker.contract.dlfp_config import DLFPConfig, attribute_docstrings
+from engine_worker.controller.params import CapParams, bounds_of
 from gateway.admission import AdmissionLimits
 from gateway.cli import build_parser, main
 from gateway.settings import Settings
@@ -20,6 +23,26 @@ def test_controller_and_admission_fields_are_derived() -> None:
         assert Settings.model_fields[name].get_default() == field.get_default()
     help_text = build_parser().format_help()
     assert "serve" in help_text
+
+
+def test_the_model_at_the_edge_is_derived_from_the_controllers_declaration() -> None:
+    declared = fields(CapParams)
+    docs = attribute_docstrings(CapParams)
+    assert list(DLFPConfig.model_fields) == [f.name for f in declared]
+    for f in declared:
+        model_field = DLFPConfig.model_fields[f.name]
+        assert model_field.get_default() == f.default
+        assert model_field.description == docs[f.name]
+    schema = DLFPConfig.model_json_schema()["properties"]
+    assert schema["gain"]["minimum"] == bounds_of("gain").ge == 0.01
+    assert schema["gain"]["maximum"] == bounds_of("gain").le == 1
+    target = {member.get("type"): member for member in schema["target_ms"]["anyOf"]}
+    assert target["number"]["maximum"] == bounds_of("target_ms").le
+    assert DLFPConfig().to_params() == CapParams()
+    tuned = DLFPConfig(controller="fixed", fixed_cap_tokens=64, target_ms=150)
+    assert DLFPConfig.from_params(tuned.to_params()) == tuned
+    with pytest.raises(ValueError, match="multiple of step_tokens"):
+        CapParams(fixed_cap_tokens=60)
 
 
 @pytest.mark.parametrize(

@@ -195,8 +195,8 @@ class ArmRun:
         if arm != BASELINE:
             from engine_worker.controller.cap_controller import PrefillCapController
 
-            scheduler.dlfp_controller = PrefillCapController.from_config(
-                scheduler.dlfp_config, clock=self.clock
+            scheduler.dlfp_controller = PrefillCapController(
+                scheduler.dlfp_params, clock=self.clock
             )
             self._prefit(scheduler.dlfp_controller.cost_model)
 

@@ -42,15 +42,12 @@ from engine_worker.controller.modes import ControllerMode, Observation
 from engine_worker.controller.step_timing import StepRecord
 
 TARGET_MS = 80.0
-PARAMS = CapParams.from_config(
-    defaults_for("cuda").dlfp.model_copy(
-        update={
-            "controller": "dlfp",
-            "target_ms": TARGET_MS,
-            "feedforward": False,
-            "observation": "busy",
-        }
-    )
+PARAMS = replace(
+    defaults_for("cuda").dlfp.to_params(),
+    controller=ControllerMode.DLFP,
+    target_ms=TARGET_MS,
+    feedforward=False,
+    observation=Observation.BUSY,
 )
 """The CUDA defaults, with the paper's controller, its 80 ms target and no feed-forward."""
 HORIZON_S = 120.0
@@ -211,7 +208,7 @@ def simulate(
 ) -> SimulationResult:
     clock = SimulatedClock()
     controller = PrefillCapController(
-        replace(params, mode=ControllerMode(mode), observation=Observation(observation)),
+        replace(params, controller=ControllerMode(mode), observation=Observation(observation)),
         clock=clock,
         wall_clock=clock,
     )
@@ -225,7 +222,7 @@ def simulate(
         for c, gap in gaps
         if c.record.is_mixed and c.record.dispatched_at_s > HORIZON_S / 2
     ]
-    target_s = (params.target_ms or TARGET_MS) / 1000  # the simulation sets a target
+    target_s = (params.set_target_ms or TARGET_MS) / 1000  # the simulation sets a target
     misjudged = [
         c
         for c, gap in gaps

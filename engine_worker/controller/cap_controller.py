@@ -117,9 +117,9 @@ class PrefillCapController:
         coef = self._model.coefficients
         plan = self._deadline_plan
         return ControllerState(
-            mode=self._params.mode,
+            mode=self._params.controller,
             target_ms=self._target_s * 1000.0,
-            target_source="set" if self._params.target_ms is not None else "auto",
+            target_source="set" if self._params.set_target_ms is not None else "auto",
             cap_tokens=self._applied_cap_tokens if self._last_planned else self._law.cap_tokens,
             last_observation_ms=None if last_ms is None else last_ms * 1000.0,
             num_updates=self._num_updates,
@@ -141,7 +141,7 @@ class PrefillCapController:
             num_deadline_steps=plan.num_deadline_steps,
             num_deadline_misses=plan.num_deadline_misses,
             observation_in_force=self._observation_in_force
-            if self._params.mode == ControllerMode.DLFP_CT
+            if self._params.controller == ControllerMode.DLFP_CT
             else None,
             host_share_ms=plan.host_s() * 1000.0
             if self._params.observation == Observation.DEVICE
@@ -179,9 +179,12 @@ class PrefillCapController:
         """
         old, self._params = self._params, params
         self._deadline_plan.apply_params(params)
-        if params.mode != old.mode or params.initial_cap_tokens != old.initial_cap_tokens:
+        if (
+            params.controller != old.controller
+            or params.initial_cap_tokens != old.initial_cap_tokens
+        ):
             self.reset()
-        elif params.mode == ControllerMode.FIXED:
+        elif params.controller == ControllerMode.FIXED:
             self._law.set_cap(params.fixed_cap_tokens)
         elif self._law.cap_tokens is not None:
             self._law.set_cap(params.clamp(self._law.cap_tokens))
@@ -210,7 +213,7 @@ class PrefillCapController:
         """
         now_s = self._now(now_s)
         previous = self._timeline.close_interval(now_s)
-        if previous is not None and self._params.mode == ControllerMode.DLFP:
+        if previous is not None and self._params.controller == ControllerMode.DLFP:
             self._observe(previous, previous.interval_s)
         cap, is_planned = None, False
         deadline: Deadline | None = None
@@ -270,7 +273,7 @@ class PrefillCapController:
         deadline = pending.deadline
         record = StepRecord(
             step_index=self._timeline.num_steps,
-            mode=self._params.mode,
+            mode=self._params.controller,
             num_decoding=pending.num_decoding,
             num_prefill_tokens=num_prefill_tokens,
             num_decode_tokens=num_decode_tokens,
@@ -315,15 +318,15 @@ class PrefillCapController:
         if observed_s is not None and record.shape is not None:
             # The cost model predicts the same quantity the feedback law corrects.
             self._model.observe(record.shape, observed_s)
-        if self._params.mode == ControllerMode.DLFP_CT:
+        if self._params.controller == ControllerMode.DLFP_CT:
             self._observe(record, observed_s)
         return record
 
     def _resolve_target_s(self, num_decoding: int, decode_context_tokens: int) -> float:
         """The target for a step with these decodes: the set one, or the ``auto`` rule."""
         p = self._params
-        if p.target_ms is not None:
-            return p.target_ms / 1000.0
+        if p.set_target_ms is not None:
+            return p.set_target_ms / 1000.0
         target_s = AUTO_TARGET_SLO_FRACTION * p.itl_slo_ms / 1000.0
         decode_s = self._model.recent_decode_only_s()
         if decode_s is not None and num_decoding > 0:
@@ -341,7 +344,7 @@ class PrefillCapController:
         cap_tokens = record.cap_tokens
         if observed_s is None or cap_tokens is None or not record.is_mixed:
             return
-        if self._law.is_stale(record, self._params.mode):
+        if self._law.is_stale(record, self._params.controller):
             self._num_stale_observations += 1
             return
         if record.margin is not None:

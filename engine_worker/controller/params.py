@@ -1,19 +1,19 @@
-"""The controller's interface: its parameters (checked) and a read-only view of its state.
+"""The controller's parameters, declared once, and a read-only view of its state.
 
-Standard library only, like the rest of ``controller``: ``DLFPConfig`` (pydantic, in
-``contract``) is the one place the settings and their defaults are declared, their enums
-are ``modes``;
-``CapParams.from_config`` copies them, by name, into a plain dataclass the controller runs
-on, without importing the model.
+Standard library only, like the rest of ``controller``. ``CapParams`` is the one
+declaration of every DLFP setting: its name, type, default, floor and ceiling
+(``bounds``), the rules between settings (``check``) and its documentation (the attribute
+docstrings). ``contract.dlfp_config.DLFPConfig`` derives the pydantic model that validates
+the settings at the edge from it; the controller and the scheduler run on ``CapParams``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
-from typing import Any, Protocol
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal, Protocol
 
-from engine_worker.controller.modes import ControllerMode, Observation, Plan
+from engine_worker.controller.modes import ControllerMode, Observation, Plan, PrefillOrder
 
 AUTO_TARGET_SLO_FRACTION = 0.6
 """An ``auto`` target is at least this share of the ITL objective ..."""
@@ -23,61 +23,117 @@ MIN_ALLOWANCE = 0.25
 MAX_ALLOWANCE = 2.0
 """Bounds of the feed-forward allowance (a factor on the target the model plans for)."""
 
-
-class SettingsModel(Protocol):
-    """A validated settings model (``contract.dlfp_config.DLFPConfig``), read by field name."""
-
-    def model_dump(self) -> dict[str, Any]: ...
+BOUNDS_KEY = "bounds"
+"""The key of a field's ``metadata`` that holds its ``Bounds``."""
+CAP_FIELDS = ("initial_cap_tokens", "min_cap_tokens", "max_cap_tokens", "fixed_cap_tokens")
+"""The settings that are caps: multiples of ``step_tokens``."""
 
 
 @dataclass(frozen=True)
-class CapParams:
-    """Controller parameters, copied from a ``DLFPConfig`` (which declares, checks and
-    defaults them) into a plain dataclass the hot path reads."""
+class Bounds:
+    """A setting's floor (``ge``) and ceiling (``le``), both inclusive; None = none."""
 
-    mode: ControllerMode
-    target_ms: float | None
-    """None = ``auto``: derived from ``itl_slo_ms`` and the measured decode-only step."""
-    gain: float
-    initial_cap_tokens: int
-    min_cap_tokens: int
-    max_cap_tokens: int
-    step_tokens: int
-    fixed_cap_tokens: int
-    feedforward: bool
-    """``dlfp-ct`` only: size each mixed step from the online cost model."""
-    itl_slo_ms: float
-    """The ITL objective an ``auto`` target derives from."""
-    observation: Observation
-    """``dlfp-ct`` only: the step time fed back."""
+    ge: float | None = None
+    le: float | None = None
+
+
+def _setting(default: Any, ge: float | None = None, le: float | None = None) -> Any:
+    return field(default=default, metadata={BOUNDS_KEY: Bounds(ge, le)})
+
+
+def bounds_of(name: str) -> Bounds:
+    """The bounds ``CapParams`` declares for setting ``name``."""
+    (found,) = (f for f in fields(CapParams) if f.name == name)
+    bounds: Bounds = found.metadata.get(BOUNDS_KEY, Bounds())
+    return bounds
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapParams:
+    """Controller settings and the SLO targets the gateway judges requests by.
+
+    Every value must be finite (``NaN`` and ``Infinity`` are refused) and at or above
+    its floor, stated in its docstring: below the floors a value is never useful and
+    some make the gateway refuse every request or the scheduler crawl.
+    """
+
+    controller: ControllerMode = ControllerMode.DLFP_CT
+    """Controller mode."""
+    target_ms: float | Literal["auto"] = _setting("auto", ge=1, le=60_000)
+    """Target duration of a mixed (prefill + decode) iteration, ms, or ``auto``: the larger
+    of 0.6 x itl_slo_ms and 2 x the measured decode-only step; floor 1 ms (the controller
+    then holds the cap at its minimum)."""
+    gain: float = _setting(0.5, ge=0.01, le=1)
+    """Proportional gain; floor 0.01 (below it the cap barely moves); above 1 oscillates."""
+    initial_cap_tokens: int = _setting(256, ge=1)
+    """Cap used before the first observation and after a reset, tokens (at least
+    min_cap_tokens); dlfp-ct with feedforward starts from min_cap_tokens instead, until its
+    cost model plans."""
+    min_cap_tokens: int = _setting(8, ge=8)
+    """Lower bound of the cap, tokens; floor 8 (a smaller chunk makes a long prompt's
+    prefill crawl; 8 tokens took about 58 ms on a CPU without AVX-512)."""
+    max_cap_tokens: int = _setting(1024, ge=1)
+    """Upper bound of the cap, tokens (at least min_cap_tokens)."""
+    step_tokens: int = _setting(8, ge=8)
+    """Quantum of the cap: every cap is a multiple of it; floor 8. One quantum should cost
+    well under 15% of the target."""
+    fixed_cap_tokens: int = _setting(128, ge=1)
+    """Cap used by the ``fixed`` controller, tokens (within the cap's bounds)."""
+    prefill_order: PrefillOrder = PrefillOrder.SRPF
+    """Which prefills a capped step serves first: fcfs (vLLM's order) or srpf."""
+    feedforward: bool = True
+    """dlfp-ct only: size each mixed step from the online cost model of step time."""
+    observation: Observation = Observation.COMPLETION
+    """dlfp-ct only: the step time fed back: busy, completion (interval), max of both, or
+    device (timed in the worker; completion where no device time is available)."""
     plan: Plan = Plan.DEADLINE
-    """``dlfp-ct`` with ``feedforward`` only: what a mixed step is planned to."""
-    margin_quantile: float = 0.99
-    """Deadline plan: the quantile of observed/predicted step time that is the margin."""
-    ttft_slo_ms: float = 30_000.0
-    """Deadline plan: a prefill past arrival + this gets at least ``min_cap_tokens``."""
+    """dlfp-ct with feedforward only: plan each mixed step to the running streams'
+    deadlines (deadline) or to allowance x target_ms (target)."""
+    margin_quantile: float = _setting(0.99, ge=0.5, le=1)
+    """dlfp-ct deadline plan only: the quantile of observed/predicted step time, over the
+    last 128 mixed steps, that multiplies each prediction; floor 0.5."""
+    ttft_slo_ms: float = _setting(30_000.0, ge=100)
+    """Time-to-first-token objective, ms: the gateway judges requests by it, and dlfp-ct's
+    deadline plan gives a prefill past arrival + ttft_slo_ms at least min_cap_tokens (and,
+    under srpf, serves first a prefill whose slack is below its predicted prefill time);
+    floor 100 ms (below it the SLO check would turn every request away)."""
+    itl_slo_ms: float = _setting(500.0, ge=10)
+    """Inter-token-latency objective, ms: the gateway judges requests by it, dlfp-ct's
+    deadline plan holds every running stream's next token to its last token plus it, and an
+    auto target derives from it; floor 10 ms."""
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """The rules between settings (each setting's own bounds are ``bounds_of``)."""
+        if not self.min_cap_tokens <= self.initial_cap_tokens <= self.max_cap_tokens:
+            raise ValueError(
+                "need min_cap_tokens <= initial_cap_tokens <= max_cap_tokens, got "
+                f"{self.min_cap_tokens} <= {self.initial_cap_tokens} <= {self.max_cap_tokens}"
+            )
+        if not self.min_cap_tokens <= self.fixed_cap_tokens <= self.max_cap_tokens:
+            raise ValueError(
+                "fixed_cap_tokens must lie within [min_cap_tokens, max_cap_tokens], got "
+                f"{self.fixed_cap_tokens} outside [{self.min_cap_tokens}, {self.max_cap_tokens}]"
+            )
+        for name in CAP_FIELDS:
+            value = getattr(self, name)
+            if value % self.step_tokens:
+                raise ValueError(
+                    f"{name}={value} is not a multiple of step_tokens={self.step_tokens}"
+                )
 
     @classmethod
     def from_config(cls, config: SettingsModel) -> CapParams:
-        """The settings as ``DLFPConfig`` checked them: no second check here."""
-        values = config.model_dump()
-        target_ms = values["target_ms"]
-        return cls(
-            mode=ControllerMode(values["controller"]),
-            target_ms=None if target_ms == "auto" else float(target_ms),
-            gain=values["gain"],
-            initial_cap_tokens=values["initial_cap_tokens"],
-            min_cap_tokens=values["min_cap_tokens"],
-            max_cap_tokens=values["max_cap_tokens"],
-            step_tokens=values["step_tokens"],
-            fixed_cap_tokens=values["fixed_cap_tokens"],
-            feedforward=values["feedforward"],
-            itl_slo_ms=values["itl_slo_ms"],
-            observation=Observation(values["observation"]),
-            plan=Plan(values["plan"]),
-            margin_quantile=values["margin_quantile"],
-            ttft_slo_ms=values["ttft_slo_ms"],
-        )
+        """The settings as the model at the edge checked them, by field name."""
+        return cls(**config.model_dump())
+
+    @property
+    def set_target_ms(self) -> float | None:
+        """The target an operator set, ms; None = ``auto`` (derived from ``itl_slo_ms``
+        and the measured decode-only step)."""
+        return None if self.target_ms == "auto" else float(self.target_ms)
 
     def clamp(self, tokens: float) -> int:
         """Quantise to ``step_tokens`` (round half up), then clamp to the bounds."""
@@ -86,9 +142,9 @@ class CapParams:
 
     def starting_cap(self) -> int | None:
         """The cap a freshly reset controller applies in this mode."""
-        if self.mode == ControllerMode.OFF:
+        if self.controller == ControllerMode.OFF:
             return None
-        if self.mode == ControllerMode.FIXED:
+        if self.controller == ControllerMode.FIXED:
             return self.fixed_cap_tokens
         if self.uses_cost_model:
             # NOTE: until its cost model fits and plans, dlfp-ct grows from the floor:
@@ -99,11 +155,17 @@ class CapParams:
 
     @property
     def uses_cost_model(self) -> bool:
-        return self.feedforward and self.mode == ControllerMode.DLFP_CT
+        return self.feedforward and self.controller == ControllerMode.DLFP_CT
 
     @property
     def plans_deadlines(self) -> bool:
         return self.uses_cost_model and self.plan == Plan.DEADLINE
+
+
+class SettingsModel(Protocol):
+    """A validated settings model (``contract.dlfp_config.DLFPConfig``), read by field name."""
+
+    def model_dump(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)

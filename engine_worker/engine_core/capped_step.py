@@ -77,7 +77,7 @@ class CappedStepMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         original_waiting: list[Request] = []
         # NOTE: a cap of 0 (nothing fits beside the decodes) holds every prefill out
         # of vLLM's queues for the step: vLLM reads a threshold of 0 as "none".
-        if self.dlfp_config.prefill_order == PrefillOrder.SRPF or cap_tokens == 0:
+        if self.dlfp_params.prefill_order == PrefillOrder.SRPF or cap_tokens == 0:
             original_waiting = list(self.waiting)
             selection = select(candidates, cap_tokens)
             threshold = selection.threshold_tokens

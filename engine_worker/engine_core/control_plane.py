@@ -13,6 +13,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 
 from engine_worker.contract.dlfp_config import ControllerMode, DLFPConfig, Observation
 from engine_worker.contract.step_ring import StepRing
+from engine_worker.controller.params import CapParams
 
 logger = init_logger(__name__)
 
@@ -24,6 +25,17 @@ class ControlPlaneMixin(Scheduler):  # type: ignore[misc, unused-ignore]
 
     # Set by DLFPSchedulerMixin.__init__; typed here for the methods below.
     _step_ring: StepRing | None
+
+    @property
+    def dlfp_params(self) -> CapParams:
+        """The settings in force: the controller's, the engine core's one live copy."""
+        params: CapParams = self.dlfp_controller.params
+        return params
+
+    @property
+    def dlfp_config(self) -> DLFPConfig:
+        """The settings in force as the model the gateway reads."""
+        return DLFPConfig.from_params(self.dlfp_params)
 
     def dlfp_get_state(self) -> dict[str, Any]:
         """Controller state plus the settings in force, as plain types."""
@@ -41,7 +53,7 @@ class ControlPlaneMixin(Scheduler):  # type: ignore[misc, unused-ignore]
 
     def _observation_in_force(self) -> dict[str, Any]:
         # Without a ring no step can have a device time, before the first one completes.
-        config = self.dlfp_config
+        config = self.dlfp_params
         is_device = config.observation == Observation.DEVICE
         if self._step_ring is None and is_device and config.controller == ControllerMode.DLFP_CT:
             return {"observation_in_force": Observation.COMPLETION.value}
@@ -54,8 +66,7 @@ class ControlPlaneMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         sees it; steps already in flight become stale for the controller.
         """
         new_config = DLFPConfig.model_validate(config)
-        self.dlfp_controller.apply_config(new_config)
-        self.dlfp_config = new_config
+        self.dlfp_controller.apply_params(new_config.to_params())
         self._warn_if_cap_exceeds_budget()
         logger.info("DLFP config applied: %s", new_config)
         return self.dlfp_get_state()

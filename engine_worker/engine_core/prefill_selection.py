@@ -37,7 +37,7 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
             for request_id, num_held in self._num_held_steps.items()
             if num_held >= MAX_HELD_STEPS
         }
-        srpf = self.dlfp_config.prefill_order == PrefillOrder.SRPF
+        srpf = self.dlfp_params.prefill_order == PrefillOrder.SRPF
         if srpf and now_unix_s:
             first |= self._urgent_ids([*running_prefills, *waiting], now_unix_s)
         return candidates_in_order(
@@ -58,7 +58,7 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         if rates is None:
             return set()
         per_token_s, per_context_s = rates
-        ttft_slo_s = self.dlfp_config.ttft_slo_ms / 1000.0
+        ttft_slo_s = self.dlfp_params.ttft_slo_ms / 1000.0
         urgent = set()
         for request in requests:
             slack_s = request.arrival_time + ttft_slo_s - now_unix_s
@@ -71,5 +71,5 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
 
     def _is_ttft_overdue(self, candidates: Sequence[Candidate], now_unix_s: float) -> bool:
         """Whether a prefill the step could serve is past arrival + ``ttft_slo_ms``."""
-        ttft_slo_s = self.dlfp_config.ttft_slo_ms / 1000.0
+        ttft_slo_s = self.dlfp_params.ttft_slo_ms / 1000.0
         return any(c.request.arrival_time + ttft_slo_s < now_unix_s for c in candidates)

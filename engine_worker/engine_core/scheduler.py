@@ -65,9 +65,9 @@ class DLFPSchedulerMixin(  # type: ignore[misc, unused-ignore]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.dlfp_config = read_dlfp_config(self.vllm_config.additional_config)
-        self.dlfp_controller = PrefillCapController.from_config(
-            self.dlfp_config, completion_lag_steps=self._steps_between_tokens()
+        self.dlfp_controller = PrefillCapController(
+            read_dlfp_config(self.vllm_config.additional_config).to_params(),
+            completion_lag_steps=self._steps_between_tokens(),
         )
         self._dlfp_steps: deque[StepRecord] = deque(maxlen=MAX_STEP_HISTORY)
         # Consecutive capped steps each prefill in progress went without tokens.
@@ -84,14 +84,14 @@ class DLFPSchedulerMixin(  # type: ignore[misc, unused-ignore]
                 self.scheduler_config.async_scheduling,
             )
         self._warn_if_cap_exceeds_budget()
-        logger.info("DLFP scheduler %s with %s", type(self).__name__, self.dlfp_config)
+        logger.info("DLFP scheduler %s with %s", type(self).__name__, self.dlfp_params)
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         decodes = [request for request in self.running if is_decoding(request)]
         plans_deadlines = self.dlfp_controller.params.plans_deadlines
         now_unix_s = time.time() if plans_deadlines else 0.0
         # vLLM's own order under no cap: nothing to plan or select.
-        is_capping = decodes and self.dlfp_config.controller != ControllerMode.OFF
+        is_capping = decodes and self.dlfp_params.controller != ControllerMode.OFF
         candidates = self._prefill_candidates(now_unix_s) if is_capping else []
         cap_tokens = self.dlfp_controller.on_schedule(
             len(decodes),
@@ -137,7 +137,7 @@ class DLFPSchedulerMixin(  # type: ignore[misc, unused-ignore]
         step_index = getattr(scheduler_output, STEP_INDEX_ATTR, None)
         ring = self._step_ring
         device_s = None if ring is None or step_index is None else ring.read(step_index)
-        is_wanted = self.dlfp_config.observation == Observation.DEVICE
+        is_wanted = self.dlfp_params.observation == Observation.DEVICE
         if device_s is None and is_wanted and not self._has_warned_no_device_time:
             self._has_warned_no_device_time = True
             reason = "no device timer attached" if ring is None else "a step's slot not written"
@@ -228,11 +228,11 @@ class DLFPSchedulerMixin(  # type: ignore[misc, unused-ignore]
         every slot decodes: ``max_cap_tokens`` should stay within it."""
         decode_slots = self.max_num_running_reqs * (1 + self.num_spec_tokens)
         room = self.max_num_scheduled_tokens - decode_slots
-        if self.dlfp_config.max_cap_tokens > room:
+        if self.dlfp_params.max_cap_tokens > room:
             logger.warning(
                 "DLFP max_cap_tokens=%d exceeds the step budget %d less %d decode slots; "
                 "raise max_num_batched_tokens for the cap to have any effect up there",
-                self.dlfp_config.max_cap_tokens,
+                self.dlfp_params.max_cap_tokens,
                 self.max_num_scheduled_tokens,
                 decode_slots,
             )
