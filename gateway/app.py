@@ -26,8 +26,9 @@ from gateway.middleware import (
     RequestContextMiddleware,
 )
 from gateway.routes import admin, dashboard, health, openai
+from gateway.serving_status import ServingStatus
 from gateway.settings import Settings
-from gateway.state import GatewayState
+from gateway.state import DLFPInForce, GatewayState
 from gateway.stored_responses import build_store
 from gateway.telemetry import poll_controller, set_controller_target
 from gateway.ttft_estimate import StartupPrior
@@ -37,16 +38,17 @@ logger = logging.getLogger("dlfp.gateway")
 
 async def _start_engine(state: GatewayState) -> None:
     """Starts the engine, then reads its start-up fit: ``/ready`` turns 200 after both."""
-    state.engine_starting = True
+    serving = state.serving
+    serving.engine_starting = True
     try:
         await state.engine.start()
         if state.settings.startup_fit_s > 0:
             await _take_startup_prior(state)
     except Exception as exc:  # a failed start must show in /ready, not kill the server
-        state.engine_error = f"{type(exc).__name__}: {exc}"
+        serving.engine_error = f"{type(exc).__name__}: {exc}"
         logger.exception("engine failed to start", extra={"event": "engine_start_failed"})
     finally:
-        state.engine_starting = False
+        serving.engine_starting = False
 
 
 async def _take_startup_prior(state: GatewayState) -> None:
@@ -82,8 +84,9 @@ def create_app(
         settings=settings,
         engine=engine,
         metrics=metrics or build_metrics(),
-        dlfp=dlfp,
+        dlfp=DLFPInForce(dlfp),
         admission=admission,
+        serving=ServingStatus(engine, admission),
         watch=EngineWatch(settings.engine_stall_s),
         response_store=build_store(settings),
         client_shares=ClientShares(lambda: admission.limits),
@@ -96,17 +99,18 @@ def create_app(
     state.metrics.engine_unfinished.set_function(lambda: engine.num_unfinished_requests)
 
     def on_hung(message: str) -> None:
-        state.engine_error = message
+        state.serving.engine_error = message
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         starter = asyncio.create_task(_start_engine(state))
-        poller = asyncio.create_task(poll_controller(state))
+        poller = asyncio.create_task(poll_controller(engine, state.metrics))
         lag = asyncio.create_task(watch_loop_lag(state.metrics.loop_lag))
         watcher = asyncio.create_task(watch_engine(state.watch, on_hung))
         app.state.engine_starter = starter
-        if state.dlfp.target_ms != "auto":  # else the poller reads the target in force
-            set_controller_target(state.metrics, state.dlfp.target_ms)
+        target_ms = state.dlfp.config.target_ms
+        if target_ms != "auto":  # else the poller reads the target in force
+            set_controller_target(state.metrics, target_ms)
         try:
             yield
         finally:

@@ -6,7 +6,7 @@ never sends a request: 300 idle sockets held every connection uvicorn allowed, a
 ``/health`` answered 503 with them. Here a connection whose first request head has
 not arrived ``header_timeout_s`` after it opened is closed. The probe listener answers
 ``GET /health`` and ``GET /ready`` alone, one request per connection, with what the
-serving port's routes answer (``GatewayState.readiness``).
+serving port's routes answer (``ServingStatus.readiness``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import asyncio
 import json
 from typing import Any
 
-from gateway.state import GatewayState
+from gateway.serving_status import ServingStatus
 
 MAX_PROBE_REQUEST_BYTES = 4096
 
@@ -43,8 +43,8 @@ def with_header_timeout(protocol: type[asyncio.Protocol], timeout_s: float) -> t
 class ProbeProtocol(asyncio.Protocol):
     """One ``GET /health`` or ``GET /ready`` a connection, then close."""
 
-    def __init__(self, state: GatewayState, timeout_s: float) -> None:
-        self._state = state
+    def __init__(self, serving: ServingStatus, timeout_s: float) -> None:
+        self._serving = serving
         self._timeout_s = timeout_s
         self._buffer = b""
         self._transport: asyncio.Transport | None = None
@@ -77,7 +77,7 @@ class ProbeProtocol(asyncio.Protocol):
         elif path == b"/health":
             self._respond(200, {"status": "ok"})
         elif path == b"/ready":
-            self._respond(*self._state.readiness())
+            self._respond(*self._serving.readiness())
         else:
             self._respond(404, {"status": "the probe port serves /health and /ready only"})
 
@@ -104,7 +104,7 @@ _REASONS = {
 
 
 async def start_probe_listener(
-    state: GatewayState, host: str, port: int, timeout_s: float
+    serving: ServingStatus, host: str, port: int, timeout_s: float
 ) -> asyncio.AbstractServer:
     loop = asyncio.get_running_loop()
-    return await loop.create_server(lambda: ProbeProtocol(state, timeout_s), host, port)
+    return await loop.create_server(lambda: ProbeProtocol(serving, timeout_s), host, port)

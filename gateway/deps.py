@@ -1,4 +1,9 @@
-"""FastAPI dependencies: the shared state, the engine, a request's lifecycle, access checks."""
+"""FastAPI dependencies: the parts of the gateway's state a route uses, a request's
+lifecycle, access checks.
+
+Each part resolves from the app's ``GatewayState`` (``app.state.gateway``, built by
+``create_app``); a route names the parts it uses, never the whole container.
+"""
 
 from __future__ import annotations
 
@@ -7,61 +12,101 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from engine_worker.contract.api import Engine
+from gateway.admission import Admission
 from gateway.auth import bearer_token, check_api_key, is_local_client, key_matches
+from gateway.controller_calls import ControllerCalls
 from gateway.errors import APIError
 from gateway.lifecycle import Lifecycle
+from gateway.metrics import GatewayMetrics
 from gateway.response_store import ResponseStore
-from gateway.state import GatewayState
+from gateway.serving_status import ServingStatus
+from gateway.settings import Settings
+from gateway.state import DLFPInForce, GatewayState
 from gateway.stored_responses import owner_of
 
 
-def get_gateway(request: Request) -> GatewayState:
+def _gateway(request: Request) -> GatewayState:
     state: GatewayState = request.app.state.gateway
     return state
 
 
+def get_settings(request: Request) -> Settings:
+    return _gateway(request).settings
+
+
 def get_engine(request: Request) -> Engine:
-    return get_gateway(request).engine
+    return _gateway(request).engine
+
+
+def get_metrics(request: Request) -> GatewayMetrics:
+    return _gateway(request).metrics
+
+
+def get_admission(request: Request) -> Admission:
+    return _gateway(request).admission
+
+
+def get_serving_status(request: Request) -> ServingStatus:
+    return _gateway(request).serving
+
+
+def get_dlfp(request: Request) -> DLFPInForce:
+    return _gateway(request).dlfp
+
+
+def get_response_store(request: Request) -> ResponseStore:
+    return _gateway(request).response_store
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+EngineDep = Annotated[Engine, Depends(get_engine)]
+MetricsDep = Annotated[GatewayMetrics, Depends(get_metrics)]
+AdmissionDep = Annotated[Admission, Depends(get_admission)]
+ServingStatusDep = Annotated[ServingStatus, Depends(get_serving_status)]
+DLFPDep = Annotated[DLFPInForce, Depends(get_dlfp)]
+"""The controller settings in force, which /admin/dlfp replaces."""
+ResponseStoreDep = Annotated[ResponseStore, Depends(get_response_store)]
+
+
+def get_controller_calls(
+    engine: EngineDep, serving: ServingStatusDep, settings: SettingsDep
+) -> ControllerCalls:
+    return ControllerCalls(engine, serving, settings.admin_call_timeout_s)
 
 
 def get_lifecycle(request: Request) -> Lifecycle:
-    return Lifecycle(get_gateway(request), request)
+    """A completion request's lifecycle uses nearly every part, so it takes the container."""
+    return Lifecycle(_gateway(request), request)
 
 
-def get_store(request: Request) -> ResponseStore:
-    return get_gateway(request).response_store
-
-
-def get_owner(request: Request) -> str:
+def get_owner(request: Request, settings: SettingsDep) -> str:
     """Whose stored responses a request sees: its API key's."""
-    return owner_of(request, get_gateway(request).settings)
+    return owner_of(request, settings)
 
 
-GatewayDep = Annotated[GatewayState, Depends(get_gateway)]
-EngineDep = Annotated[Engine, Depends(get_engine)]
+ControllerCallsDep = Annotated[ControllerCalls, Depends(get_controller_calls)]
 LifecycleDep = Annotated[Lifecycle, Depends(get_lifecycle)]
-StoreDep = Annotated[ResponseStore, Depends(get_store)]
 OwnerDep = Annotated[str, Depends(get_owner)]
 
 
-def _is_local(request: Request) -> bool:
-    trusted = get_gateway(request).settings.trusted_proxy_networks()
+def _is_local(request: Request, settings: Settings) -> bool:
+    trusted = settings.trusted_proxy_networks()
     return is_local_client(request.client.host if request.client else "", trusted)
 
 
-def require_api_key(request: Request) -> None:
+def require_api_key(request: Request, settings: SettingsDep) -> None:
     """``DLFP_API_KEYS`` protects /v1/*; with none configured it is open.
 
     NOTE: ``AccessMiddleware`` makes the same check before the body is read; this one
     keeps a /v1 route closed in an app assembled without that middleware."""
-    check_api_key(request, get_gateway(request).settings.api_key_set())
+    check_api_key(request, settings.api_key_set())
 
 
-def require_admin(request: Request) -> str:
+def require_admin(request: Request, settings: SettingsDep) -> str:
     """Returns who is asking (token id or address), for the change log."""
-    secret = get_gateway(request).settings.admin_token
+    secret = settings.admin_token
     if secret is None:
-        if _is_local(request):
+        if _is_local(request, settings):
             return f"loopback:{request.client.host if request.client else '?'}"
         raise APIError(
             403, "admin is open to loopback only: set DLFP_ADMIN_TOKEN", code="forbidden"

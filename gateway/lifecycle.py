@@ -81,7 +81,7 @@ class Lifecycle:
         self, given: EndpointInput, meter: RequestMeter
     ) -> tuple[MeasuredStream, Formatter]:
         gateway, engine = self.gateway, self.gateway.engine
-        gateway.check_serving()
+        gateway.serving.check_serving()
         priority = self._priority(given.body.priority)
         given.check(engine)
         settings = gateway.settings
@@ -98,7 +98,7 @@ class Lifecycle:
         finally:
             reservation.release()
         completion_id = f"{given.id_prefix}-{uuid.uuid4().hex}"
-        stream = MeasuredStream(gateway, meter, completion_id, ticket, stack)
+        stream = MeasuredStream(engine, gateway.watch, meter, completion_id, ticket, stack)
         await stream.submit(prompt_ids, options, priority, given.body.cache_salt)
         return stream, given.formatter(completion_id, engine.info.model_name)
 
@@ -224,7 +224,7 @@ class Lifecycle:
         slot = gateway.admission.slot(
             prefill_tokens=num_prompt_tokens,
             priority=priority,
-            ttft_slo_s=gateway.dlfp.ttft_slo_ms / 1000,
+            ttft_slo_s=gateway.dlfp.config.ttft_slo_ms / 1000,
             reservation=reservation,
             num_slots=options.n,
             measured=not (structured or options.json_object),
@@ -255,7 +255,7 @@ class Lifecycle:
         then build it and its body in a worker thread (``_reply_response``)."""
         collect = asyncio.ensure_future(_collect(stream, fmt.n))
         left = asyncio.ensure_future(_until_disconnected(self.request))
-        cut = asyncio.ensure_future(self.gateway.streams_cut.wait())
+        cut = asyncio.ensure_future(self.gateway.serving.streams_cut.wait())
         try:
             done, _ = await asyncio.wait({collect, left, cut}, return_when=asyncio.FIRST_COMPLETED)
             if collect in done:
@@ -293,7 +293,7 @@ class Lifecycle:
             _events(stream, fmt, self.gateway.engine.tokenizer_lock),
             self.gateway.keepalive_s,
             on_close=stream.aclose,
-            cut=self.gateway.streams_cut,
+            cut=self.gateway.serving.streams_cut,
             on_cut=on_cut,
             write_timeout_s=self.gateway.settings.stream_write_timeout_s,
             on_stalled=on_stalled,

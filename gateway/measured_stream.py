@@ -17,11 +17,11 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
 
-from engine_worker.contract.api import GenerationChunk, RequestStream, SamplingOptions
+from engine_worker.contract.api import Engine, GenerationChunk, RequestStream, SamplingOptions
 from gateway.admission import Ticket
+from gateway.engine_watch import EngineWatch
 from gateway.metrics import Outcome
 from gateway.request_meter import RequestMeter
-from gateway.state import GatewayState
 
 logger = logging.getLogger("dlfp.gateway")
 
@@ -29,14 +29,16 @@ logger = logging.getLogger("dlfp.gateway")
 class MeasuredStream:
     def __init__(
         self,
-        gateway: GatewayState,
+        engine: Engine,
+        watch: EngineWatch,
         meter: RequestMeter,
         completion_id: str,
         ticket: Ticket,
         slot: AsyncExitStack,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        self.gateway = gateway
+        self._engine = engine
+        self._watch = watch
         self.completion_id = completion_id
         self._meter = meter
         self._outcome: Outcome = "aborted"
@@ -70,7 +72,7 @@ class MeasuredStream:
         self, prompt_ids: list[int], options: SamplingOptions, priority: int, salt: str | None
     ) -> None:
         """Enqueue in the engine; if the engine refuses, frees the slot and raises."""
-        engine = self.gateway.engine
+        engine = self._engine
         # vLLM refuses a priority unless it runs priority scheduling.
         priority = priority if engine.info.priority_scheduling else 0
         try:
@@ -108,7 +110,7 @@ class MeasuredStream:
 
     async def _next_output(self, stream: RequestStream) -> GenerationChunk | None:
         """The next engine output (None at the end), timed by the hung-engine watch."""
-        watch, chunk = self.gateway.watch, None
+        watch, chunk = self._watch, None
         watch.waiting()
         try:
             chunk = await anext(stream, None)

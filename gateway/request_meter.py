@@ -66,9 +66,9 @@ class RequestMeter:
     def num_generated(self) -> int:
         return sum(self._num_generated.values())
 
-    def observe(self, chunk: GenerationChunk, now: float) -> bool:
-        """Time the chunk's tokens as they leave; True if it carries the first one."""
-        metrics, first = self._metrics, False
+    def observe(self, chunk: GenerationChunk, now: float) -> None:
+        """Time the chunk's tokens as they leave."""
+        metrics = self._metrics
         for choice in chunk.choices:
             n = len(choice.token_ids)
             if n == 0:
@@ -77,14 +77,13 @@ class RequestMeter:
             if previous is not None:
                 metrics.itl.observe(now - previous)
             elif self._first_token_s is None:
-                self._first_token_s, first = now, True
+                self._first_token_s = now
                 metrics.ttft.observe(now - self._arrival_s)
             for _ in range(n - 1):
                 metrics.itl.observe(0.0)
             self._last_token_s[choice.index] = now
             self._num_generated[choice.index] = self._num_generated.get(choice.index, 0) + n
             metrics.generation_tokens.inc(n)
-        return first
 
     def ended(self, outcome: Outcome, completion_id: str) -> None:
         """A request that reached the engine: its outcome, its latency and its log line."""

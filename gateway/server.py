@@ -89,7 +89,10 @@ class GatewayServer(uvicorn.Server):
         limit_unsent(self.servers)
         if self.probe_port is not None:
             self._probe_listener = await start_probe_listener(
-                self.state, self.config.host, self.probe_port, self.state.settings.header_timeout_s
+                self.state.serving,
+                self.config.host,
+                self.probe_port,
+                self.state.settings.header_timeout_s,
             )
         self._watcher = self._loop.create_task(self._watch_engine())
 
@@ -127,12 +130,12 @@ class GatewayServer(uvicorn.Server):
             self._drain_task = self._loop.create_task(self._drain())
 
     async def _drain(self) -> None:
-        self.state.start_draining()
+        self.state.serving.start_draining()
         await self._wait_idle(self.drain_s)
         left = self.state.admission.num_active
         if left:
             # The streams still running end with an error event and [DONE].
-            self.state.cut_streams()
+            self.state.serving.cut_streams()
             await self._wait_idle(CUT_GRACE_S)
         logger.info("drain finished", extra={"event": "drain_done", "streams_cut": left})
         self.should_exit = True
@@ -157,15 +160,16 @@ class GatewayServer(uvicorn.Server):
         by itself during the drain: a stop, not a failure. SIGTERM (a supervisor's stop)
         reaches the gateway alone, so an engine core gone during its drain has died.
         """
+        serving = self.state.serving
         if self._drain_signal == signal.SIGINT:
-            return self.state.engine_error is not None
-        if self.state.engine_error is None and self.state.engine.is_dead:
-            self.state.engine_error = "the engine core died"
+            return serving.engine_error is not None
+        if serving.engine_error is None and serving.engine.is_dead:
+            serving.engine_error = "the engine core died"
             logger.error(
                 "engine died",
                 extra={"event": "engine_dead", "draining": self._drain_task is not None},
             )
-        return self.state.engine_error is not None
+        return serving.engine_error is not None
 
     def _stop_watching(self) -> None:
         if self._watcher is not None:
@@ -272,6 +276,6 @@ def serve(settings: Settings) -> int:
     note_if_metrics_open(settings)
     config = uvicorn_config(app, settings)
     GatewayServer(config, state, settings.drain_s, settings.probe_port).run()
-    failed = state.engine_error is not None
+    failed = state.serving.engine_error is not None
     logger.info("gateway stopped", extra={"event": "gateway_stop", "failed": failed})
     return 1 if failed else 0

@@ -1,4 +1,8 @@
-"""The gateway's shared state: a plain container, one per app (``deps.GatewayDep``)."""
+"""The gateway's shared state: the parts one app's requests share, built with the app.
+
+Routes take the parts they use through ``deps``; the lifecycle of a completion request,
+which uses nearly all of them, and the server's drain take the whole container.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,22 @@ from dataclasses import dataclass, field
 
 from engine_worker.contract.api import Engine
 from engine_worker.contract.dlfp_config import DLFPConfig
-from gateway.admission import Admission, AdmissionRejected
+from gateway.admission import Admission
 from gateway.client_shares import ClientShares
 from gateway.engine_watch import EngineWatch
-from gateway.errors import engine_unavailable
 from gateway.metrics import GatewayMetrics
 from gateway.response_store import ResponseStore
+from gateway.serving_status import ServingStatus
 from gateway.settings import Settings
+
+
+@dataclass
+class DLFPInForce:
+    """The controller settings in force (the engine core holds the live state);
+    ``/admin/dlfp`` replaces them whole, under ``lock``."""
+
+    config: DLFPConfig
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 @dataclass
@@ -21,65 +34,13 @@ class GatewayState:
     settings: Settings
     engine: Engine
     metrics: GatewayMetrics
-    dlfp: DLFPConfig
-    """The controller settings in force (the engine core holds the live state)."""
+    dlfp: DLFPInForce
     admission: Admission
+    serving: ServingStatus
+    """Whether the gateway serves: the engine's health and the drain."""
     watch: EngineWatch
     response_store: ResponseStore
     """What /v1/responses stores and reads back (``stored_responses``)."""
     client_shares: ClientShares
     """What each client holds before its requests stream (``client_shares``)."""
     keepalive_s: float = 10.0
-    engine_error: str | None = None
-    """Why the engine cannot serve (it failed to start, died or hung); None while it can."""
-    engine_starting: bool = False
-    """Between the engine's start and admission's reading of its start-up fit."""
-    streams_cut: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set when the drain period ends: every request still running stops at once."""
-    dlfp_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    admission_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    @property
-    def is_ready(self) -> bool:
-        return (
-            self.engine.is_ready
-            and not self.engine_starting
-            and not self.draining
-            and self.engine_error is None
-        )
-
-    @property
-    def draining(self) -> bool:
-        return self.admission.draining
-
-    def readiness(self) -> tuple[int, dict[str, str]]:
-        """``/ready``'s status and body: 200 only while the engine serves and the gateway
-        admits requests, else 503 with the reason."""
-        if self.is_ready:
-            return 200, {"status": "ready"}
-        if self.draining:
-            reason = "draining"
-        elif self.engine.is_dead or self.engine_error:
-            reason = f"engine failed: {self.engine_error or 'engine core died'}"
-        else:
-            reason = "engine loading"
-        return 503, {"status": "unavailable", "reason": reason}
-
-    def start_draining(self) -> None:
-        """Stop admitting: /ready turns 503 and queued requests are refused."""
-        self.admission.reject_all_queued()
-
-    def cut_streams(self) -> None:
-        """The drain deadline: requests still running end now, with an error."""
-        self.streams_cut.set()
-
-    def check_serving(self) -> None:
-        if self.draining:
-            raise AdmissionRejected("draining", "the gateway is shutting down", 5)
-        self.check_engine()
-
-    def check_engine(self) -> None:
-        if self.engine.is_dead or self.engine_error is not None:
-            raise engine_unavailable(f"the engine is down: {self.engine_error or 'it died'}")
-        if not self.engine.is_ready:
-            raise engine_unavailable("the engine is still loading")

@@ -13,8 +13,8 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from engine_worker.contract.api import Engine
 from gateway.metrics import CONTROLLER_PLANS, NO_CAP_TOKENS, GatewayMetrics
-from gateway.state import GatewayState
 
 logger = logging.getLogger("dlfp.telemetry")
 
@@ -76,16 +76,16 @@ class ControllerMirror:
             self._last_counts[key] = now
 
 
-async def poll_controller(state: GatewayState, interval_s: float = 0.5) -> None:
+async def poll_controller(engine: Engine, metrics: GatewayMetrics, interval_s: float = 0.5) -> None:
     """Runs until cancelled; a failed poll is logged once and retried."""
-    mirror = ControllerMirror(state.metrics)
+    mirror = ControllerMirror(metrics)
     failing = False
     while True:
         await asyncio.sleep(interval_s)
-        if not state.engine.is_ready:
+        if not engine.is_ready:
             continue
         try:
-            live = await state.engine.get_dlfp_state()
+            live = await engine.get_dlfp_state()
         except Exception as exc:  # the engine may be between states; keep the gauges
             if not failing:
                 logger.warning(

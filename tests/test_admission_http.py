@@ -59,7 +59,7 @@ async def test_priority_header_validated() -> None:
 
 async def test_draining_refuses_with_503() -> None:
     async with fake_client() as (client, app, _):
-        app.state.gateway.start_draining()
+        app.state.gateway.serving.start_draining()
         r = await client.post("/v1/chat/completions", json=CHAT)
         assert r.status_code == 503 and "retry-after" in r.headers
         assert (await client.get("/ready")).status_code == 503

@@ -76,9 +76,9 @@ def test_idle_sockets_do_not_take_the_probes_or_a_request() -> None:
 
 async def test_the_probe_listener_answers_health_and_ready() -> None:
     async with fake_client() as (_, app, engine):
-        state = app.state.gateway
+        serving = app.state.gateway.serving
         port = free_port()
-        listener = await start_probe_listener(state, "127.0.0.1", port, 5.0)
+        listener = await start_probe_listener(serving, "127.0.0.1", port, 5.0)
         try:
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
                 assert (await client.get("/health")).json() == {"status": "ok"}

@@ -85,7 +85,7 @@ def _drain(sig: int, die: bool) -> Script:
         holder = asyncio.create_task(hold())
         await held.wait()
         gateway.handle_exit(sig, None)
-        await _until(lambda: state.draining)
+        await _until(lambda: state.serving.draining)
         if die:
             engine.kill()
         release.set()

@@ -106,7 +106,7 @@ async def test_drain_deadline_cuts_streams_with_error_then_done() -> None:
 
         async def cut_soon() -> None:
             await asyncio.sleep(0.3)
-            app.state.gateway.cut_streams()
+            app.state.gateway.serving.cut_streams()
 
         cutter = asyncio.create_task(cut_soon())
         r = await asyncio.wait_for(client.post("/v1/chat/completions", json=body), 5)
@@ -141,7 +141,7 @@ async def test_cheap_checks_come_before_tokenization() -> None:
         r = await client.post("/v1/completions", json={"model": "fake-model", "prompt": "x" * 4000})
         assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
         assert engine.num_tokenized == 0  # refused by its size alone
-        app.state.gateway.start_draining()
+        app.state.gateway.serving.start_draining()
         r = await client.post("/v1/chat/completions", json=CHAT)
         assert r.status_code == 503 and engine.num_tokenized == 0
 
@@ -204,13 +204,13 @@ async def test_a_hung_engine_is_noticed() -> None:
             client.post("/v1/chat/completions", json=CHAT | {"stream": True})
         )
         deadline = time.monotonic() + 5
-        while app.state.gateway.engine_error is None and time.monotonic() < deadline:
+        while app.state.gateway.serving.engine_error is None and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
-        assert "hung" in (app.state.gateway.engine_error or "")
+        assert "hung" in (app.state.gateway.serving.engine_error or "")
         assert (await client.get("/ready")).status_code == 503
         r = await client.post("/v1/chat/completions", json=CHAT)
         assert r.status_code == 503 and r.json()["error"]["code"] == "engine_unavailable"
-        app.state.gateway.cut_streams()
+        app.state.gateway.serving.cut_streams()
         data = sse_data((await asyncio.wait_for(stream, 5)).text)
         assert data[-1] == "[DONE]" and "error" in json.loads(data[-2])
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -125,23 +124,23 @@ async def test_poller_copies_the_engines_state_into_the_exposition() -> None:
         "num_deadline_steps": 40,
         "num_deadline_misses": 3,
     }
-    async with fake_client(engine) as (_, app, _):
+    async with fake_client(engine):
         # Metrics of its own: the app's poller feeds the app's metrics at the same time.
-        state = dataclasses.replace(app.state.gateway, metrics=build_metrics())
-        poller = asyncio.create_task(poll_controller(state, interval_s=0.01))
+        metrics = build_metrics()
+        poller = asyncio.create_task(poll_controller(engine, metrics, interval_s=0.01))
         try:
-            await _until(lambda: value(state.metrics, "dlfp_controller_deadline_steps_total") == 40)
-            assert value(state.metrics, "dlfp_controller_cap_tokens") == 0.0
+            await _until(lambda: value(metrics, "dlfp_controller_deadline_steps_total") == 40)
+            assert value(metrics, "dlfp_controller_cap_tokens") == 0.0
             # A restarted engine: no plan, no cap, and one miss counted since.
             engine.dlfp_state_overrides |= {"cap_tokens": None, "plan": None, "margin": None}
             engine.dlfp_state_overrides |= {"num_deadline_misses": 1}
-            await _until(lambda: value(state.metrics, "dlfp_controller_margin") == 0)
+            await _until(lambda: value(metrics, "dlfp_controller_margin") == 0)
             await asyncio.sleep(0.05)  # a few more polls of the same state add nothing
         finally:
             poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
-    lines = set(state.metrics.exposition(include_engine=False).decode().splitlines())
+    lines = set(metrics.exposition(include_engine=False).decode().splitlines())
     for line in (
         "dlfp_controller_cap_tokens -1.0",
         'dlfp_controller_plan{plan="none"} 1.0',

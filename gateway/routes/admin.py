@@ -7,22 +7,21 @@ controller's state: every GET reads it from the engine core.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request
 from pydantic import BaseModel, ValidationError
 
-from engine_worker.contract.api import EngineDeadError, EngineNotReadyError, InvalidRequestError
 from engine_worker.contract.dlfp_config import DLFPConfig
 from engine_worker.controller.params import STATE_KEYS
-from gateway.admission import AdmissionLimits
-from gateway.deps import AdminDep, GatewayDep
+from gateway.admission import Admission, AdmissionLimits
+from gateway.controller_calls import ControllerCalls
+from gateway.deps import AdminDep, AdmissionDep, ControllerCallsDep, DLFPDep, MetricsDep
 from gateway.errors import APIError, ErrorResponse, first_error
-from gateway.state import GatewayState
+from gateway.metrics import GatewayMetrics
+from gateway.state import DLFPInForce
 from gateway.telemetry import set_controller_target
 
 logger = logging.getLogger("dlfp.admin")
@@ -34,68 +33,55 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-_T = TypeVar("_T")
-
-
-async def _engine_call(gateway: GatewayState, call: Awaitable[_T]) -> _T:
-    """An engine-core call with ``admin_call_timeout_s``; any failure of it is a 503.
-
-    NOTE: a call that timed out may still run in the engine core later (it answers
-    between steps); GET shows what the scheduler runs with as ``settings_in_engine``."""
-    timeout_s = gateway.settings.admin_call_timeout_s
-    try:
-        return await asyncio.wait_for(call, timeout_s)
-    except TimeoutError as exc:
-        raise APIError(
-            503,
-            f"the engine core did not answer within {timeout_s:g} s",
-            code="engine_timeout",
-            headers={"Retry-After": "5"},
-        ) from exc
-    except (APIError, InvalidRequestError, EngineDeadError, EngineNotReadyError):
-        raise
-    except Exception as exc:  # e.g. a failed utility call in the engine core
-        raise APIError(503, f"the engine core call failed: {exc}", code="engine_error") from exc
-
-
 def _invalid(exc: ValidationError) -> APIError:
     first = first_error(exc.errors(), default="invalid settings")
     message = f"{first.param}: {first.message}" if first.param else first.message
     return APIError(422, message, param=first.param, code="invalid_settings")
 
 
-async def _snapshot(gateway: GatewayState, state: dict[str, Any] | None = None) -> dict[str, Any]:
-    gateway.check_engine()
-    live = (
-        state if state is not None else await _engine_call(gateway, gateway.engine.get_dlfp_state())
-    )
+async def _snapshot(
+    controller: ControllerCalls, dlfp: DLFPInForce, state: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    controller.check()
+    engine = controller.engine
+    live = state if state is not None else await controller.run(engine.get_dlfp_state())
     return {
-        "settings": gateway.dlfp.model_dump(mode="json"),
+        "settings": dlfp.config.model_dump(mode="json"),
         "state": {key: live.get(key) for key in STATE_KEYS}
         | {
             "controller": live.get("mode"),
             # What the scheduler itself runs with: equal to "settings" unless a change failed.
             "settings_in_engine": live.get("config"),
             # Resolved at start from the device and CPU (``auto`` = by capability).
-            "dtype": gateway.engine.info.dtype,
-            "cpu_features": gateway.engine.info.cpu_features,
+            "dtype": engine.info.dtype,
+            "cpu_features": engine.info.cpu_features,
         },
     }
 
 
 async def _apply(
-    gateway: GatewayState, new: DLFPConfig, who: str, request: Request
+    controller: ControllerCalls,
+    dlfp: DLFPInForce,
+    metrics: GatewayMetrics,
+    new: DLFPConfig,
+    who: str,
+    request: Request,
 ) -> dict[str, Any]:
-    old = gateway.dlfp
-    state = await _engine_call(gateway, gateway.engine.apply_dlfp_config(new))
-    gateway.dlfp = new
-    set_controller_target(gateway.metrics, state.get("target_ms"))
-    _record_change(gateway, "dlfp", old, new, who, request)
-    return await _snapshot(gateway, state)
+    old = dlfp.config
+    state = await controller.run(controller.engine.apply_dlfp_config(new))
+    dlfp.config = new
+    set_controller_target(metrics, state.get("target_ms"))
+    _record_change(metrics, "dlfp", old, new, who, request)
+    return await _snapshot(controller, dlfp, state)
 
 
 def _record_change(
-    gateway: GatewayState, section: str, old: BaseModel, new: BaseModel, who: str, request: Request
+    metrics: GatewayMetrics,
+    section: str,
+    old: BaseModel,
+    new: BaseModel,
+    who: str,
+    request: Request,
 ) -> None:
     """Counts an admin change and logs it as ``admin_change``, with each field's old and
     new value."""
@@ -104,7 +90,7 @@ def _record_change(
         for key, value in old.model_dump().items()
         if getattr(new, key) != value
     }
-    gateway.metrics.admin_changes.inc()
+    metrics.admin_changes.inc()
     logger.info(
         f"{section} settings changed",
         extra={
@@ -118,14 +104,19 @@ def _record_change(
 
 
 @router.get("/dlfp", responses=_ERRORS)
-async def get_dlfp(gateway: GatewayDep, _: AdminDep) -> dict[str, Any]:
+async def get_dlfp(controller: ControllerCallsDep, dlfp: DLFPDep, _: AdminDep) -> dict[str, Any]:
     """The settings in force and the controller's live state, read from the engine core."""
-    return await _snapshot(gateway)
+    return await _snapshot(controller, dlfp)
 
 
 @router.put("/dlfp", responses=_ERRORS)
 async def put_dlfp(
-    gateway: GatewayDep, who: AdminDep, request: Request, body: Annotated[dict[str, Any], Body()]
+    controller: ControllerCallsDep,
+    dlfp: DLFPDep,
+    metrics: MetricsDep,
+    who: AdminDep,
+    request: Request,
+    body: Annotated[dict[str, Any], Body()],
 ) -> dict[str, Any]:
     """Replace the whole settings object (every field required)."""
     missing = sorted(set(DLFPConfig.model_fields) - set(body))
@@ -140,28 +131,35 @@ async def put_dlfp(
         new = DLFPConfig.model_validate(body)
     except ValidationError as exc:
         raise _invalid(exc) from exc
-    async with gateway.dlfp_lock:
-        return await _apply(gateway, new, who, request)
+    async with dlfp.lock:
+        return await _apply(controller, dlfp, metrics, new, who, request)
 
 
 @router.patch("/dlfp", responses=_ERRORS)
 async def patch_dlfp(
-    gateway: GatewayDep, who: AdminDep, request: Request, body: Annotated[dict[str, Any], Body()]
+    controller: ControllerCallsDep,
+    dlfp: DLFPDep,
+    metrics: MetricsDep,
+    who: AdminDep,
+    request: Request,
+    body: Annotated[dict[str, Any], Body()],
 ) -> dict[str, Any]:
     """Change some fields; the result is validated as a whole before anything applies."""
     # NOTE: merge and apply under one lock, so concurrent PATCHes compose in some
     # order instead of one overwriting the other's fields with stale values.
-    async with gateway.dlfp_lock:
+    async with dlfp.lock:
         try:
-            new = DLFPConfig.model_validate(gateway.dlfp.model_dump() | body)
+            new = DLFPConfig.model_validate(dlfp.config.model_dump() | body)
         except ValidationError as exc:
             raise _invalid(exc) from exc
-        return await _apply(gateway, new, who, request)
+        return await _apply(controller, dlfp, metrics, new, who, request)
 
 
 @router.post("/dlfp/reset", responses=_ERRORS)
 async def reset_dlfp(
-    gateway: GatewayDep,
+    controller: ControllerCallsDep,
+    dlfp: DLFPDep,
+    metrics: MetricsDep,
     who: AdminDep,
     request: Request,
     model: Annotated[
@@ -176,10 +174,10 @@ async def reset_dlfp(
     The fitted cost model and the margin window stay unless ``model=true``. Settings stay as
     they are and counters keep counting.
     """
-    gateway.check_engine()
-    async with gateway.dlfp_lock:
-        state = await _engine_call(gateway, gateway.engine.reset_dlfp(model=model))
-    gateway.metrics.admin_changes.inc()
+    controller.check()
+    async with dlfp.lock:
+        state = await controller.run(controller.engine.reset_dlfp(model=model))
+    metrics.admin_changes.inc()
     logger.info(
         "dlfp controller reset",
         extra={
@@ -190,11 +188,10 @@ async def reset_dlfp(
             "model": model,
         },
     )
-    return await _snapshot(gateway, state)
+    return await _snapshot(controller, dlfp, state)
 
 
-def _admission_view(gateway: GatewayState) -> dict[str, Any]:
-    a = gateway.admission
+def _admission_view(a: Admission) -> dict[str, Any]:
     return {
         "settings": a.limits.model_dump(mode="json"),
         "state": {
@@ -212,32 +209,37 @@ def _admission_view(gateway: GatewayState) -> dict[str, Any]:
 
 
 @router.get("/admission", responses=_ERRORS)
-async def get_admission(gateway: GatewayDep, _: AdminDep) -> dict[str, Any]:
+async def get_admission(admission: AdmissionDep, _: AdminDep) -> dict[str, Any]:
     """Admission limits in force and the live queue."""
-    return _admission_view(gateway)
+    return _admission_view(admission)
 
 
 @router.patch("/admission", responses=_ERRORS)
 async def patch_admission(
-    gateway: GatewayDep, who: AdminDep, request: Request, body: Annotated[dict[str, Any], Body()]
+    admission: AdmissionDep,
+    metrics: MetricsDep,
+    who: AdminDep,
+    request: Request,
+    body: Annotated[dict[str, Any], Body()],
 ) -> dict[str, Any]:
     """Change some admission limits; validated as a whole, applied at once."""
-    async with gateway.admission_lock:
-        old = gateway.admission.limits
-        try:
-            new = AdmissionLimits.model_validate(old.model_dump() | body)
-        except ValidationError as exc:
-            raise _invalid(exc) from exc
-        gateway.admission.update_limits(new)
-        _record_change(gateway, "admission", old, new, who, request)
-        return _admission_view(gateway)
+    # NOTE: nothing from reading the limits to applying them awaits, so concurrent
+    # PATCHes cannot interleave; an await added here would need a lock, as /dlfp has.
+    old = admission.limits
+    try:
+        new = AdmissionLimits.model_validate(old.model_dump() | body)
+    except ValidationError as exc:
+        raise _invalid(exc) from exc
+    admission.update_limits(new)
+    _record_change(metrics, "admission", old, new, who, request)
+    return _admission_view(admission)
 
 
 @router.get("/dlfp/steps", responses=_ERRORS)
 async def get_dlfp_steps(
-    gateway: GatewayDep, _: AdminDep, since: Annotated[int, Query(ge=0)] = 0
+    controller: ControllerCallsDep, _: AdminDep, since: Annotated[int, Query(ge=0)] = 0
 ) -> dict[str, Any]:
     """Per-step telemetry from the scheduler (a ring buffer of recent steps)."""
-    gateway.check_engine()
-    steps = await _engine_call(gateway, gateway.engine.get_dlfp_steps(since))
+    controller.check()
+    steps = await controller.run(controller.engine.get_dlfp_steps(since))
     return {"steps": steps, "next": (steps[-1]["step_index"] + 1) if steps else since}

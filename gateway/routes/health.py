@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from gateway.deps import GatewayDep
+from gateway.deps import MetricsDep, ServingStatusDep
 
 router = APIRouter()
 
@@ -18,12 +18,12 @@ async def health() -> dict[str, str]:
 
 
 @router.get("/ready", responses={503: {"description": "not serving"}})
-async def ready(gateway: GatewayDep) -> JSONResponse:
+async def ready(serving: ServingStatusDep) -> JSONResponse:
     """200 only while the engine serves and the gateway admits requests."""
-    status, body = gateway.readiness()
+    status, body = serving.readiness()
     return JSONResponse(body, status_code=status)
 
 
 @router.get("/metrics", response_class=Response)
-async def metrics(gateway: GatewayDep) -> Response:
-    return Response(gateway.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+async def metrics(metrics: MetricsDep) -> Response:
+    return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -13,7 +13,7 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from gateway.deps import AuthorizedV1, EngineDep, LifecycleDep, OwnerDep, StoreDep
+from gateway.deps import AuthorizedV1, EngineDep, LifecycleDep, OwnerDep, ResponseStoreDep
 from gateway.errors import ErrorResponse
 from gateway.openai_request import ChatInput, CompletionInput
 from gateway.protocol import (
@@ -72,7 +72,7 @@ async def completions(body: CompletionRequest, lifecycle: LifecycleDep) -> Respo
 
 @router.post("/v1/responses", response_model=None, responses={**_ERRORS, 200: {"content": _STREAM}})
 async def responses(
-    body: ResponsesRequest, lifecycle: LifecycleDep, store: StoreDep, owner: OwnerDep
+    body: ResponsesRequest, lifecycle: LifecycleDep, store: ResponseStoreDep, owner: OwnerDep
 ) -> Response | BaseModel:
     """``previous_response_id`` and ``item_reference`` are read from the store first;
     with ``store`` (the default) the finished response is kept there."""
@@ -88,7 +88,7 @@ async def responses(
 )
 async def get_response(
     response_id: str,
-    store: StoreDep,
+    store: ResponseStoreDep,
     owner: OwnerDep,
     stream: bool = False,
     starting_after: int | None = None,
@@ -104,7 +104,9 @@ async def get_response(
 
 
 @router.delete("/v1/responses/{response_id}", responses=_ERRORS)
-async def delete_response(response_id: str, store: StoreDep, owner: OwnerDep) -> dict[str, Any]:
+async def delete_response(
+    response_id: str, store: ResponseStoreDep, owner: OwnerDep
+) -> dict[str, Any]:
     if not await store.delete(owner, response_id):
         await stored_or_404(store, owner, response_id)  # the 404 of an unknown id
     return {"id": response_id, "object": "response", "deleted": True}
