@@ -47,6 +47,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.fair_queue import FairQueue, Waiter, uncount
+from gateway.tenant_limits import TenantLimits
 from gateway.ttft_estimate import ServiceRate, StartupPrior, TTFTEstimate
 
 logger = logging.getLogger("dlfp.admission")
@@ -106,18 +108,6 @@ class ClientDisconnected(Exception):
     """The client went away before its request was admitted."""
 
 
-@dataclass(eq=False)
-class _Waiter:
-    priority: int
-    seq: int
-    prefill_tokens: int
-    future: asyncio.Future[None]
-    num_slots: int = 1
-    arrival_s: float = 0.0
-    ttft_slo_s: float | None = None
-    client: str = ""
-
-
 @dataclass
 class Ticket:
     """A held slot; call ``first_token()`` when the engine has produced its first token."""
@@ -155,14 +145,7 @@ class Reservation:
         if self._held:
             self._held = False
             self._admission._num_reserved -= 1
-            _uncount(self._admission._reserved, self.client)
-
-
-def _uncount(counts: Counter[str], client: str) -> None:
-    """One request of ``client`` fewer; a client with none is forgotten."""
-    counts[client] -= 1
-    if counts[client] <= 0:
-        del counts[client]
+            uncount(self._admission._reserved, self.client)
 
 
 def _granted(future: asyncio.Future[None]) -> bool:
@@ -171,12 +154,15 @@ def _granted(future: asyncio.Future[None]) -> bool:
 
 class Admission:
     def __init__(
-        self, limits: AdmissionLimits, clock: Callable[[], float] = time.monotonic
+        self,
+        limits: AdmissionLimits,
+        clock: Callable[[], float] = time.monotonic,
+        tenant_limits: Callable[[str], TenantLimits | None] = lambda _: None,
     ) -> None:
         self.limits = limits
         self._clock = clock
         self._active = 0
-        self._queue: list[_Waiter] = []
+        self._queue = FairQueue(tenant_limits)
         self._seq = itertools.count()
         self._pending_prefill = 0
         self._num_reserved = 0
@@ -184,8 +170,6 @@ class Admission:
         """Each client's requests in ``reserve()``'s hands."""
         self._held: Counter[str] = Counter()
         """Each client's requests streaming or queued."""
-        self._streaming: Counter[str] = Counter()
-        """Each client's requests holding slots: what orders the queue between clients."""
         self.ttft_estimate = TTFTEstimate(clock=clock)
         self.service_rate = ServiceRate()
         self.prior: StartupPrior | None = None
@@ -239,7 +223,7 @@ class Admission:
         measured = self.service_rate.value(max_concurrent)
         if measured is not None or self.prior is None:
             return measured
-        num = max(1, sum(self._streaming.values()))
+        num = max(1, sum(self._queue.client_streams.values()))
         return self.prior.slots_per_s(
             max_concurrent, self._max_tokens_streaming / num, self._prompt_tokens_streaming / num
         )
@@ -251,29 +235,19 @@ class Admission:
             return 1
         return max(1, min(120, math.ceil((self.num_queued + 1) / rate)))
 
-    def _order(self, waiter: _Waiter) -> tuple[int, int, int]:
-        """Who is served first: higher priority (lower number), then the client holding
-        fewer slots now, then the earlier arrival. So within a priority another client's
-        first request does not wait behind one client's fortieth, and a client's standing
-        rises as its streams end."""
-        return (waiter.priority, self._streaming[waiter.client], waiter.seq)
-
     def _ahead(
-        self, priority: int, waiter: _Waiter | None = None, client: str = ""
-    ) -> list[_Waiter]:
-        """Queued requests served before a new one of ``priority`` from ``client`` (as
-        things stand now), or before ``waiter``."""
+        self, priority: int, waiter: Waiter | None = None, client: str = "", tenant: str = ""
+    ) -> list[Waiter]:
+        """Queued requests served before a new one (as things stand now), or before
+        ``waiter``, in ``fair_queue``'s order."""
         if waiter is not None:
-            order = self._order(waiter)
-            return [w for w in self._queue if self._order(w) < order]
-        new = (priority, self._streaming[client], math.inf)
-        return [w for w in self._queue if self._order(w) < new]
+            return self._queue.ahead(waiter.tenant, waiter.priority, waiter.client, waiter)
+        return self._queue.ahead(tenant, priority, client)
 
-    def _tokens_ahead(self, priority: int, waiter: _Waiter | None = None, client: str = "") -> int:
-        queued = sum(w.prefill_tokens for w in self._ahead(priority, waiter, client))
-        return self._pending_prefill + queued
+    def _tokens_ahead(self, ahead: list[Waiter]) -> int:
+        return self._pending_prefill + sum(w.prefill_tokens for w in ahead)
 
-    def _slot_wait_s(self, num_slots: int, ahead: list[_Waiter]) -> float:
+    def _slot_wait_s(self, num_slots: int, ahead: list[Waiter]) -> float:
         """Seconds until ``num_slots`` are free for a request behind ``ahead``."""
         needed = self._active + sum(w.num_slots for w in ahead) + num_slots
         needed -= self.limits.max_concurrent
@@ -289,8 +263,9 @@ class Admission:
         prefill_tokens: int,
         priority: int,
         num_slots: int = 1,
-        waiter: _Waiter | None = None,
+        waiter: Waiter | None = None,
         client: str = "",
+        tenant: str = "",
     ) -> float | None:
         """The slot wait plus admission to first token; before enough is measured, from
         the prior, and None without one. Once the samples have faded
@@ -299,7 +274,7 @@ class Admission:
         measured = estimate.num_samples >= self.limits.min_slo_samples
         if not measured and self.prior is None:
             return None
-        ahead = self._ahead(priority, waiter, client)
+        ahead = self._ahead(priority, waiter, client, tenant)
         wait_s = self._slot_wait_s(num_slots, ahead) if self.limits.slo_queue_check else 0.0
         if measured and estimate.is_fresh:
             fixed_s, per_token_s = estimate.line()
@@ -307,7 +282,7 @@ class Admission:
             fixed_s, per_token_s = self.prior.fixed_s, self.prior.per_token_s
         else:
             return wait_s
-        prefill_ahead_s = per_token_s * self._tokens_ahead(priority, waiter, client)
+        prefill_ahead_s = per_token_s * self._tokens_ahead(ahead)
         # NOTE: the prompts ahead are prefilled while this one waits for its slot, so its
         # first token waits for the later of the two, not their sum: adding them refused
         # half of a burst the gateway served within the objective.
@@ -328,22 +303,25 @@ class Admission:
         measured: bool = True,
         client: str = "",
         max_tokens: int = 1,
+        tenant: str = "",
     ) -> AsyncIterator[Ticket]:
         """Hold ``num_slots`` stream slots for the body of the ``async with``. Queued,
-        it waits in the order ``_order`` gives."""
+        it waits in ``fair_queue``'s order."""
         arrival = self._clock()
         if reservation is not None:
             # Taken over here, in the same step that queues or admits the request.
             reservation.release()
         num_slots = max(1, min(num_slots, self.limits.max_concurrent))
-        self._check_admissible(prefill_tokens, priority, ttft_slo_s, num_slots, client)
-        queued = bool(self._queue) or not self._fits(num_slots)
+        self._check_admissible(prefill_tokens, priority, ttft_slo_s, num_slots, client, tenant)
+        queue = self._queue
+        queued = bool(queue) or not self._fits(num_slots) or queue.at_cap(tenant, num_slots)
         if not queued:
             self._active += num_slots
-            self._streaming[client] += 1
+            queue.hold(client, tenant, num_slots)
             self._held[client] += 1
         else:
-            waiter = _Waiter(
+            self._check_tenant_queue(tenant)
+            waiter = Waiter(
                 priority,
                 next(self._seq),
                 prefill_tokens,
@@ -352,12 +330,13 @@ class Admission:
                 arrival,
                 ttft_slo_s,
                 client,
+                tenant,
             )
             self._held[client] += 1
             try:
                 await self._wait(waiter)
             except BaseException:
-                _uncount(self._held, client)
+                uncount(self._held, client)
                 raise
         self._pending_prefill += prefill_tokens
         self._max_tokens_streaming += max_tokens
@@ -372,8 +351,8 @@ class Admission:
             self._active -= num_slots
             self._max_tokens_streaming -= max_tokens
             self._prompt_tokens_streaming -= prefill_tokens
-            _uncount(self._streaming, client)
-            _uncount(self._held, client)
+            queue.release(client, tenant, num_slots)
+            uncount(self._held, client)
             # NOTE: while the prior stands in for the rate, every release is a sample:
             # a prior that refused every request that would queue would never be
             # replaced by samples of queued ones alone.
@@ -384,6 +363,14 @@ class Admission:
     def num_held(self, client: str) -> int:
         """The client's requests streaming or queued."""
         return self._held[client]
+
+    def num_streaming(self, client: str) -> int:
+        """The client's requests holding slots."""
+        return self._queue.client_streams[client]
+
+    def tenant_use(self, tenant: str) -> tuple[int, int]:
+        """The tenant's slots held and requests queued."""
+        return self._queue.tenant_slots[tenant], self._queue.tenant_queued[tenant]
 
     def num_reserved_by(self, client: str) -> int:
         """The client's requests between ``reserve()`` and ``slot()``."""
@@ -423,16 +410,19 @@ class Admission:
         ttft_slo_s: float | None,
         num_slots: int,
         client: str = "",
+        tenant: str = "",
     ) -> None:
         self.check_capacity()
         if not self.limits.slo_check or ttft_slo_s is None:
             return
-        if self._tokens_ahead(priority) or not self._fits(num_slots) or self._queue:
-            predicted = self.predicted_ttft_s(prefill_tokens, priority, num_slots, client=client)
+        if self._pending_prefill or not self._fits(num_slots) or self._queue:
+            predicted = self.predicted_ttft_s(
+                prefill_tokens, priority, num_slots, client=client, tenant=tenant
+            )
             if predicted is not None and predicted > ttft_slo_s:
                 raise self._slo_refusal(predicted, ttft_slo_s)
 
-    def _slo_lost(self, waiter: _Waiter) -> AdmissionRejected | None:
+    def _slo_lost(self, waiter: Waiter) -> AdmissionRejected | None:
         """The refusal of a queued request whose wait so far plus its predicted TTFT
         exceeds its objective; None while it may still make it."""
         slo_s = waiter.ttft_slo_s
@@ -466,10 +456,20 @@ class Admission:
                     "queue_full", "the wait queue is full", self.retry_after_s()
                 )
 
-    async def _wait(self, waiter: _Waiter) -> None:
+    def _check_tenant_queue(self, tenant: str) -> None:
+        cap = self._queue.limits(tenant).max_queued
+        if cap is not None and self._queue.tenant_queued[tenant] >= cap:
+            raise AdmissionRejected(
+                "tenant_max_queued",
+                f"tenant {tenant!r} already has {cap} requests queued (its max_queued)",
+                self.retry_after_s(),
+            )
+
+    async def _wait(self, waiter: Waiter) -> None:
         """Queue until ``_wake`` reserves our slots (it counts them in ``_active``), the
         SLO is lost, or ``max_queue_wait_s`` passes."""
         self._queue.append(waiter)
+        self._wake()  # slots may be free while every tenant queued before it is at its cap
         deadline = waiter.arrival_s + self.limits.max_queue_wait_s
         try:
             while True:
@@ -490,39 +490,36 @@ class Admission:
             # the meantime, hand that slot to the next waiter instead of leaking it.
             if _granted(waiter.future):
                 self._active -= waiter.num_slots
-                _uncount(self._streaming, waiter.client)
+                self._queue.release(waiter.client, waiter.tenant, waiter.num_slots)
                 self._wake()
             else:
                 self._give_up(waiter)
             raise
         waiter.future.result()  # raises the draining rejection, if that is what woke us
 
-    def _give_up(self, waiter: _Waiter) -> None:
-        self._drop(waiter)
+    def _give_up(self, waiter: Waiter) -> None:
+        self._queue.remove(waiter)
         waiter.future.cancel()
         self._wake()  # a heavy request leaving the head may let lighter ones in
 
-    def _drop(self, waiter: _Waiter) -> None:
-        if waiter in self._queue:
-            self._queue.remove(waiter)
-
     def _wake(self) -> None:
         """Reserve free slots for the best waiters, in ``_order``."""
-        self._queue = [w for w in self._queue if not w.future.done()]
+        self._queue.prune()
         while self._queue:
-            waiter = min(self._queue, key=self._order)
-            if not self._fits(waiter.num_slots):
+            waiter = self._queue.next_waiter()
+            if waiter is None or not self._fits(waiter.num_slots):
                 return
-            self._drop(waiter)
+            self._queue.remove(waiter)
             self._active += waiter.num_slots
-            self._streaming[waiter.client] += 1
+            self._queue.hold(waiter.client, waiter.tenant, waiter.num_slots)
             waiter.future.set_result(None)
 
     def reject_all_queued(self) -> None:
         """Draining: refuse new requests and every queued one at once."""
         self.draining = True
-        queued, self._queue = self._queue, []
+        queued = list(self._queue.waiters)
         for waiter in queued:
+            self._queue.remove(waiter)
             if not waiter.future.done():
                 waiter.future.set_exception(
                     AdmissionRejected("draining", "the gateway is shutting down", 5)

@@ -31,6 +31,8 @@ from gateway.settings import Settings
 from gateway.state import DLFPInForce, GatewayState
 from gateway.stored_responses import build_store
 from gateway.telemetry import poll_controller, set_controller_target
+from gateway.tenant_metrics import build_tenant_metrics
+from gateway.tenant_rates import build_rates
 from gateway.ttft_estimate import StartupPrior
 
 logger = logging.getLogger("dlfp.gateway")
@@ -79,17 +81,24 @@ def create_app(
     """The gateway: starts ``engine`` in the background and stops it with the app.
     ``dlfp`` is the controller's settings at start, for the engine's device
     (``Settings.dlfp_config``)."""
-    admission = Admission(settings.admission_limits())
+    tenants = settings.tenants()
+    admission = Admission(settings.admission_limits(), tenant_limits=tenants.limits_of)
+    metrics = metrics or build_metrics()
+    tenant_metrics = build_tenant_metrics(metrics.registry)
+    tenant_metrics.register(tenants.names)
     state = GatewayState(
         settings=settings,
         engine=engine,
-        metrics=metrics or build_metrics(),
+        metrics=metrics,
         dlfp=DLFPInForce(dlfp),
         admission=admission,
         serving=ServingStatus(engine, admission),
         watch=EngineWatch(settings.engine_stall_s),
         response_store=build_store(settings),
         client_shares=ClientShares(lambda: admission.limits),
+        tenants=tenants,
+        tenant_metrics=tenant_metrics,
+        rates=build_rates(settings),
     )
     store, metrics = state.response_store, state.metrics
     metrics.response_store_entries.labels(store.backend).set_function(lambda: store.size()[0])
@@ -120,6 +129,7 @@ def create_app(
                     await task
             await engine.shutdown()
             await state.response_store.close()
+            await state.rates.close()
 
     app = FastAPI(
         title="DLFP Gateway",

@@ -32,6 +32,7 @@ import uuid
 from asyncio import FIRST_COMPLETED
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
+from typing import Any
 
 from fastapi import Request
 from fastapi.encoders import jsonable_encoder
@@ -46,7 +47,7 @@ from engine_worker.contract.api import (
     SamplingOptions,
 )
 from gateway.admission import AdmissionRejected, ClientDisconnected, Reservation, Ticket
-from gateway.auth import bearer_token, client_id, key_matches
+from gateway.auth import bearer_token, client_id
 from gateway.errors import APIError
 from gateway.measured_stream import MeasuredStream
 from gateway.openai_format import Formatter
@@ -55,6 +56,8 @@ from gateway.protocol import MAX_PRIORITY, ChatCompletion, Completion, Usage
 from gateway.request_meter import RequestMeter
 from gateway.sse import DONE, event, sse_response
 from gateway.state import GatewayState
+from gateway.tenant_meter import TenantMeter
+from gateway.tenants import Tenant, tenant_salt
 
 
 class Lifecycle:
@@ -65,9 +68,13 @@ class Lifecycle:
         self.request = request
 
     async def run(self, given: EndpointInput) -> Response | BaseModel:
-        meter = RequestMeter(self.gateway.metrics, given.endpoint, self.request.state.arrival_s)
+        gateway = self.gateway
+        tenant = self._tenant()
+        charge = gateway.rates.charge_tokens if tenant.limits.tokens_per_minute else None
+        own = TenantMeter(tenant.name, gateway.tenant_metrics, charge)
+        meter = RequestMeter(gateway.metrics, given.endpoint, self.request.state.arrival_s, own)
         try:
-            stream, fmt = await self._start(given, meter)
+            stream, fmt = await self._start(given, meter, tenant)
         except BaseException as exc:
             meter.refused(exc)
             raise
@@ -77,12 +84,19 @@ class Lifecycle:
 
     # --- before the engine ---
 
+    def _tenant(self) -> Tenant:
+        """Whose the request is: the tenant of its API key (``tenants``)."""
+        tenant = self.gateway.tenants.of_key(bearer_token(self.request))
+        if tenant is None:  # the access check lets no such request through
+            raise APIError(401, "a valid API key is required", code="invalid_api_key")
+        return tenant
+
     async def _start(
-        self, given: EndpointInput, meter: RequestMeter
+        self, given: EndpointInput, meter: RequestMeter, tenant: Tenant
     ) -> tuple[MeasuredStream, Formatter]:
         gateway, engine = self.gateway, self.gateway.engine
         gateway.serving.check_serving()
-        priority = self._priority(given.body.priority)
+        priority = self._priority(given.body, tenant)
         given.check(engine)
         settings = gateway.settings
         given.check_limits(settings.max_tools, settings.max_schema_depth, settings.max_schema_bytes)
@@ -91,21 +105,25 @@ class Lifecycle:
         try:
             given.check_size(engine)
             prompt_ids, options = await self._prepare(given, client)
+            charge = len(prompt_ids) + options.n * options.max_tokens
+            await gateway.rates.admit(tenant.name, tenant.limits, charge)
             stack = AsyncExitStack()
             ticket = await self._admit(
-                len(prompt_ids), priority, stack, reservation, options, meter, client
+                len(prompt_ids), priority, stack, reservation, options, meter, client, tenant
             )
         finally:
             reservation.release()
         completion_id = f"{given.id_prefix}-{uuid.uuid4().hex}"
         stream = MeasuredStream(engine, gateway.watch, meter, completion_id, ticket, stack)
-        await stream.submit(prompt_ids, options, priority, given.body.cache_salt)
+        salt = tenant_salt(tenant.name, given.body.cache_salt)
+        await stream.submit(prompt_ids, options, priority, salt)
         return stream, given.formatter(completion_id, engine.info.model_name)
 
-    def _priority(self, body_priority: int) -> int:
-        """X-Priority, else the body's ``priority``; lower is served first. Below 0 needs
-        a key listed in ``DLFP_PRIORITY_API_KEYS``."""
-        value = body_priority
+    def _priority(self, body: Any, tenant: Tenant) -> int:
+        """X-Priority, else the body's ``priority``, else the tenant's; lower is served
+        first (within the tenant). Below 0 needs a key listed in ``DLFP_PRIORITY_API_KEYS``,
+        or a tenant whose own priority is at most the one asked for."""
+        value = body.priority if "priority" in body.model_fields_set else tenant.limits.priority
         header = self.request.headers.get("x-priority")
         if header is not None:
             try:
@@ -118,11 +136,12 @@ class Lifecycle:
                     f"X-Priority must lie within [-{MAX_PRIORITY}, {MAX_PRIORITY}]",
                     param="X-Priority",
                 )
-        keys = self.gateway.settings.priority_key_set()
-        if value < 0 and not key_matches(bearer_token(self.request), keys):
+        allowed = tenant.may_raise_priority or value >= min(0, tenant.limits.priority)
+        if not allowed:
             raise APIError(
                 403,
-                "a priority below 0 needs an API key listed in DLFP_PRIORITY_API_KEYS",
+                "a priority below 0 needs an API key listed in DLFP_PRIORITY_API_KEYS "
+                "(or a tenant whose priority is at most the one asked for)",
                 param="priority",
                 code="forbidden",
             )
@@ -214,6 +233,7 @@ class Lifecycle:
         options: SamplingOptions,
         meter: RequestMeter,
         client: str,
+        tenant: Tenant,
     ) -> Ticket:
         """Wait for a slot, unless the client leaves first (then the slot is never taken).
 
@@ -224,12 +244,13 @@ class Lifecycle:
         slot = gateway.admission.slot(
             prefill_tokens=num_prompt_tokens,
             priority=priority,
-            ttft_slo_s=gateway.dlfp.config.ttft_slo_ms / 1000,
+            ttft_slo_s=(tenant.limits.ttft_slo_ms or gateway.dlfp.config.ttft_slo_ms) / 1000,
             reservation=reservation,
             num_slots=options.n,
             measured=not (structured or options.json_object),
             client=client,
             max_tokens=options.max_tokens,
+            tenant=tenant.name,
         )
         acquire = asyncio.ensure_future(stack.enter_async_context(slot))
         left = asyncio.ensure_future(_until_disconnected(self.request))
@@ -245,7 +266,8 @@ class Lifecycle:
             await stack.aclose()
             raise ClientDisconnected()
         ticket = acquire.result()
-        meter.admitted(ticket.queue_s)
+        meter.admitted(ticket.queue_s, options.n)
+        stack.callback(meter.tenant.released)
         return ticket
 
     # --- after submission ---

@@ -84,6 +84,9 @@ REJECTION_REASONS = (
     "draining",
     "client_share",
     "pre_admission_timeout",
+    "tenant_max_queued",
+    "tenant_requests_per_minute",
+    "tenant_tokens_per_minute",
 )
 CONTROLLER_PLANS: tuple[str, ...] = (*(str(plan) for plan in Plan), "none")
 """``plan`` label values of ``dlfp_controller_plan``; ``none``: mixed steps are not planned

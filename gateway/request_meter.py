@@ -20,15 +20,24 @@ from engine_worker.contract.api import GenerationChunk
 from gateway.admission import AdmissionRejected
 from gateway.errors import outcome_of
 from gateway.metrics import GatewayMetrics, Outcome
+from gateway.tenant_meter import TenantMeter
 
 logger = logging.getLogger("dlfp.request")
 
 
 class RequestMeter:
-    def __init__(self, metrics: GatewayMetrics, endpoint: str, arrival_s: float) -> None:
+    def __init__(
+        self,
+        metrics: GatewayMetrics,
+        endpoint: str,
+        arrival_s: float,
+        tenant: TenantMeter | None = None,
+    ) -> None:
         self._metrics = metrics
         self.endpoint = endpoint
         self._arrival_s = arrival_s
+        self.tenant = tenant or TenantMeter()
+        """What the request adds to its tenant's series and rates."""
         self.num_prompt_tokens: int | None = None
         """Set once the request is in the engine."""
         self._first_token_s: float | None = None
@@ -46,14 +55,17 @@ class RequestMeter:
         finally:
             self._metrics.queued_requests.dec()
 
-    def admitted(self, queue_s: float) -> None:
+    def admitted(self, queue_s: float, num_slots: int) -> None:
         self._metrics.queue.observe(queue_s)
+        self.tenant.admitted(queue_s, num_slots)
 
     def refused(self, exc: BaseException) -> None:
         """A request that never reached the engine: its outcome, once."""
         if isinstance(exc, AdmissionRejected):
             self._metrics.admission_rejections.labels(reason=exc.reason).inc()
-        self._metrics.requests.labels(endpoint=self.endpoint, outcome=outcome_of(exc)).inc()
+        outcome = outcome_of(exc)
+        self._metrics.requests.labels(endpoint=self.endpoint, outcome=outcome).inc()
+        self.tenant.ended(outcome)
 
     # --- in the engine ---
 
@@ -61,6 +73,7 @@ class RequestMeter:
         self.num_prompt_tokens = num_prompt_tokens
         self._metrics.active_requests.inc()
         self._metrics.prompt_tokens.inc(num_prompt_tokens)
+        self.tenant.prompt(num_prompt_tokens)
 
     @property
     def num_generated(self) -> int:
@@ -79,11 +92,13 @@ class RequestMeter:
             elif self._first_token_s is None:
                 self._first_token_s = now
                 metrics.ttft.observe(now - self._arrival_s)
+                self.tenant.first_token(now - self._arrival_s)
             for _ in range(n - 1):
                 metrics.itl.observe(0.0)
             self._last_token_s[choice.index] = now
             self._num_generated[choice.index] = self._num_generated.get(choice.index, 0) + n
             metrics.generation_tokens.inc(n)
+            self.tenant.completion(n)
 
     def ended(self, outcome: Outcome, completion_id: str) -> None:
         """A request that reached the engine: its outcome, its latency and its log line."""
@@ -91,6 +106,7 @@ class RequestMeter:
         if self.num_prompt_tokens is not None:
             metrics.active_requests.dec()
         metrics.requests.labels(endpoint=self.endpoint, outcome=outcome).inc()
+        self.tenant.ended(outcome)
         last = max(self._last_token_s.values(), default=None)
         if outcome == "ok" and last is not None:
             metrics.e2e.observe(last - self._arrival_s)
@@ -101,6 +117,7 @@ class RequestMeter:
                 "event": "request_finished",
                 "completion_id": completion_id,
                 "endpoint": self.endpoint,
+                "tenant": self.tenant.name,
                 "outcome": outcome,
                 "prompt_tokens": self.num_prompt_tokens or 0,
                 "completion_tokens": self.num_generated,

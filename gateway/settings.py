@@ -23,6 +23,7 @@ from pydantic import (
     BaseModel,
     Field,
     FilePath,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     create_model,
@@ -36,6 +37,7 @@ from engine_worker.contract.device_defaults import defaults_for
 from engine_worker.contract.dlfp_config import Device, DLFPConfig
 from gateway.admission import AdmissionLimits
 from gateway.errors import first_error
+from gateway.tenants import TenantError, Tenants, build_tenants
 
 DLFP_FIELDS = tuple(DLFPConfig.model_fields)
 ADMISSION_FIELDS = tuple(AdmissionLimits.model_fields)
@@ -120,6 +122,7 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
         validate_default=True,
         allow_inf_nan=False,
     )
+    _tenants: Tenants | None = PrivateAttr(default=None)
 
     # --- HTTP server ---
     host: str = "127.0.0.1"
@@ -248,6 +251,12 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
     priority_api_keys: str = ""
     """Bearer keys allowed priorities below 0, comma-separated or one a line; empty =
     nobody. Or from the file DLFP_PRIORITY_API_KEYS_FILE names."""
+    tenants_file: Path | None = None
+    """A TOML file of tenants, read once at start: each a name, its keys (or keys_file),
+    and optionally weight, max_concurrent, max_queued, requests_per_minute,
+    tokens_per_minute, priority, ttft_slo_ms and itl_slo_ms (docs/tenants.md); unset = a
+    tenant per key of DLFP_API_KEYS (key-1, key-2, ...), or one tenant, default, without
+    keys."""
     metrics_token: SecretStr | None = None
     """Bearer token for /metrics, for the scraper (not an API key); unset or empty = open
     (logged as metrics_open when listening beyond loopback). Or from the file
@@ -268,6 +277,17 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
     """Largest JSON schema, bytes of compact JSON (a tool's parameters or response_format)."""
     grammar_compile_timeout_s: float = Field(default=10.0, gt=0, le=600)
     """Longest a request's grammar (schema, forced tool call) may take to compile; 400 past it."""
+
+    @model_validator(mode="after")
+    def _tenants_file_is_valid(self) -> Settings:
+        if self.tenants_file is not None:
+            try:
+                self._tenants = build_tenants(
+                    _entries(self.api_keys), self.priority_key_set(), self.tenants_file
+                )
+            except TenantError as exc:
+                raise ValueError(str(exc)) from None
+        return self
 
     @model_validator(mode="after")
     def _redis_store_has_a_url(self) -> Settings:
@@ -325,7 +345,19 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
         return AdmissionLimits.model_validate({n: getattr(self, n) for n in ADMISSION_FIELDS})
 
     def api_key_set(self) -> frozenset[str]:
-        return _keys(self.api_keys)
+        """The keys /v1 accepts: ``api_keys`` and every tenant's in ``tenants_file``."""
+        return self.tenants().keys
+
+    def tenants(self) -> Tenants:
+        """Who shares the gateway (``tenants``), read once."""
+        if self._tenants is None:
+            try:
+                self._tenants = build_tenants(
+                    _entries(self.api_keys), self.priority_key_set(), self.tenants_file
+                )
+            except TenantError as exc:
+                raise SettingsError(f"tenants_file: {exc}") from None
+        return self._tenants
 
     def priority_key_set(self) -> frozenset[str]:
         return _keys(self.priority_api_keys)

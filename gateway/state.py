@@ -18,6 +18,9 @@ from gateway.metrics import GatewayMetrics
 from gateway.response_store import ResponseStore
 from gateway.serving_status import ServingStatus
 from gateway.settings import Settings
+from gateway.tenant_metrics import TenantMetrics
+from gateway.tenant_rates import Rates
+from gateway.tenants import Tenants
 
 
 @dataclass
@@ -43,4 +46,9 @@ class GatewayState:
     """What /v1/responses stores and reads back (``stored_responses``)."""
     client_shares: ClientShares
     """What each client holds before its requests stream (``client_shares``)."""
+    tenants: Tenants
+    """Who shares the gateway (``tenants``)."""
+    tenant_metrics: TenantMetrics
+    rates: Rates
+    """Each tenant's request and token rates (``tenant_rates``)."""
     keepalive_s: float = 10.0

@@ -224,7 +224,7 @@ async def test_a_waiter_cancelled_after_its_grant_leaves_no_count_behind() -> No
     with contextlib.suppress(asyncio.CancelledError):
         await queued
     assert admission.num_active == 0
-    assert admission.num_held("b") == 0 and admission._streaming["b"] == 0
+    assert admission.num_held("b") == 0 and admission.num_streaming("b") == 0
 
 
 def test_work_still_waiting_for_its_turn_is_cancelled_when_its_client_leaves() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.metrics import build_metrics
+from gateway.tenant_metrics import build_tenant_metrics
 from gateway.settings import Settings
 from tests.fakes import FakeEngine
 from tests.http_helpers import fake_app
@@ -28,7 +29,9 @@ def setting_names() -> list[str]:
 
 
 def metric_names() -> list[str]:
-    return sorted({family.name for family in build_metrics().registry.collect()})
+    registry = build_metrics().registry
+    build_tenant_metrics(registry)
+    return sorted({family.name for family in registry.collect()})
 
 
 CURRENT = {
