@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.fair_queue import FairQueue, Waiter, uncount
+from gateway.fair_queue import Ahead, FairQueue, Waiter, uncount
 from gateway.tenant_limits import TenantLimits
 from gateway.ttft_estimate import ServiceRate, StartupPrior, TTFTEstimate
 
@@ -237,19 +237,19 @@ class Admission:
 
     def _ahead(
         self, priority: int, waiter: Waiter | None = None, client: str = "", tenant: str = ""
-    ) -> list[Waiter]:
-        """Queued requests served before a new one (as things stand now), or before
+    ) -> Ahead:
+        """What is served before a new request (as things stand now), or before
         ``waiter``, in ``fair_queue``'s order."""
         if waiter is not None:
             return self._queue.ahead(waiter.tenant, waiter.priority, waiter.client, waiter)
         return self._queue.ahead(tenant, priority, client)
 
-    def _tokens_ahead(self, ahead: list[Waiter]) -> int:
-        return self._pending_prefill + sum(w.prefill_tokens for w in ahead)
+    def _tokens_ahead(self, ahead: Ahead) -> int:
+        return self._pending_prefill + ahead.prefill_tokens
 
-    def _slot_wait_s(self, num_slots: int, ahead: list[Waiter]) -> float:
+    def _slot_wait_s(self, num_slots: int, ahead: Ahead) -> float:
         """Seconds until ``num_slots`` are free for a request behind ``ahead``."""
-        needed = self._active + sum(w.num_slots for w in ahead) + num_slots
+        needed = self._active + ahead.num_slots + num_slots
         needed -= self.limits.max_concurrent
         if needed <= 0:
             return 0.0
@@ -290,6 +290,10 @@ class Admission:
 
     def update_limits(self, limits: AdmissionLimits) -> None:
         self.limits = limits
+        self._wake()
+
+    def tenant_limits_changed(self) -> None:
+        """A tenant's weight or caps changed: hand out any slots that frees."""
         self._wake()
 
     @asynccontextmanager
@@ -370,7 +374,7 @@ class Admission:
 
     def tenant_use(self, tenant: str) -> tuple[int, int]:
         """The tenant's slots held and requests queued."""
-        return self._queue.tenant_slots[tenant], self._queue.tenant_queued[tenant]
+        return self._queue.tenant_slots[tenant], self._queue.num_queued(tenant)
 
     def num_reserved_by(self, client: str) -> int:
         """The client's requests between ``reserve()`` and ``slot()``."""
@@ -458,7 +462,7 @@ class Admission:
 
     def _check_tenant_queue(self, tenant: str) -> None:
         cap = self._queue.limits(tenant).max_queued
-        if cap is not None and self._queue.tenant_queued[tenant] >= cap:
+        if cap is not None and self._queue.num_queued(tenant) >= cap:
             raise AdmissionRejected(
                 "tenant_max_queued",
                 f"tenant {tenant!r} already has {cap} requests queued (its max_queued)",
@@ -504,8 +508,7 @@ class Admission:
 
     def _wake(self) -> None:
         """Reserve free slots for the best waiters, in ``_order``."""
-        self._queue.prune()
-        while self._queue:
+        while self._queue and self._active < self.limits.max_concurrent:
             waiter = self._queue.next_waiter()
             if waiter is None or not self._fits(waiter.num_slots):
                 return
@@ -517,7 +520,7 @@ class Admission:
     def reject_all_queued(self) -> None:
         """Draining: refuse new requests and every queued one at once."""
         self.draining = True
-        queued = list(self._queue.waiters)
+        queued = list(self._queue)
         for waiter in queued:
             self._queue.remove(waiter)
             if not waiter.future.done():

@@ -23,6 +23,7 @@ from gateway.serving_status import ServingStatus
 from gateway.settings import Settings
 from gateway.state import DLFPInForce, GatewayState
 from gateway.stored_responses import owner_of
+from gateway.tenants import Tenants
 
 
 def _gateway(request: Request) -> GatewayState:
@@ -54,6 +55,10 @@ def get_dlfp(request: Request) -> DLFPInForce:
     return _gateway(request).dlfp
 
 
+def get_tenants(request: Request) -> Tenants:
+    return _gateway(request).tenants
+
+
 def get_response_store(request: Request) -> ResponseStore:
     return _gateway(request).response_store
 
@@ -66,6 +71,7 @@ ServingStatusDep = Annotated[ServingStatus, Depends(get_serving_status)]
 DLFPDep = Annotated[DLFPInForce, Depends(get_dlfp)]
 """The controller settings in force, which /admin/dlfp replaces."""
 ResponseStoreDep = Annotated[ResponseStore, Depends(get_response_store)]
+TenantsDep = Annotated[Tenants, Depends(get_tenants)]
 
 
 def get_controller_calls(

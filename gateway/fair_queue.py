@@ -4,21 +4,32 @@ The next slot goes by deficit round robin over the tenants with a request queued
 counted in slots held: the tenant holding the fewest slots for its ``weight`` (its
 deficit against its share is the largest) goes next, the earlier arrival first on a tie,
 and a tenant at its ``max_concurrent`` waits. Within a tenant, the lower priority number
-goes first, then the client (API key or address) streaming fewer requests, then the
-earlier arrival. A tenant alone uses the whole gateway. Plain asyncio: no FastAPI import.
+goes first, then the client (API key or address) that streamed fewer requests when it
+queued, then the earlier arrival. A tenant alone uses the whole gateway.
+
+Each tenant's queue is kept in that order, with running sums of its slots and prompt
+tokens, so the next waiter and what is ahead of a request are found in time that grows
+with the number of tenants (and the log of the queue), not with the queue. Plain
+asyncio: no FastAPI import.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
-from collections import Counter, defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass
+import bisect
+import itertools
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 from gateway.tenant_limits import TenantLimits
 
 NO_LIMITS = TenantLimits()
+
+NEW_SEQ = 2**62
+"""The place of a request not yet queued: after every waiter of its priority and standing."""
+Key = tuple[int, int, int]
+"""A waiter's place within its tenant: (priority, its client's streams when it queued, seq)."""
 
 
 @dataclass(eq=False)
@@ -34,6 +45,16 @@ class Waiter:
     ttft_slo_s: float | None = None
     client: str = ""
     tenant: str = ""
+    key: Key = (0, 0, 0)
+    """Set as it queues."""
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """What is served before a request: slots to free and prompt tokens to prefill."""
+
+    num_slots: int = 0
+    prefill_tokens: int = 0
 
 
 def uncount(counts: Counter[str], name: str, amount: int = 1) -> None:
@@ -43,38 +64,75 @@ def uncount(counts: Counter[str], name: str, amount: int = 1) -> None:
         del counts[name]
 
 
+@dataclass
+class _TenantQueue:
+    """One tenant's waiters in their order, with the slots and tokens before each."""
+
+    keys: list[Key] = field(default_factory=list)
+    waiters: list[Waiter] = field(default_factory=list)
+    _sums: tuple[list[int], list[int]] | None = None
+
+    def insert(self, waiter: Waiter) -> None:
+        index = bisect.bisect(self.keys, waiter.key)
+        self.keys.insert(index, waiter.key)
+        self.waiters.insert(index, waiter)
+        self._sums = None
+
+    def remove(self, waiter: Waiter) -> bool:
+        index = bisect.bisect_left(self.keys, waiter.key)
+        if index < len(self.waiters) and self.waiters[index] is waiter:
+            del self.keys[index], self.waiters[index]
+            self._sums = None
+            return True
+        return False
+
+    def sums(self) -> tuple[list[int], list[int]]:
+        """The slots and the prompt tokens of the waiters before each index (and of all)."""
+        if self._sums is None:
+            slots = list(itertools.accumulate((w.num_slots for w in self.waiters), initial=0))
+            tokens = list(itertools.accumulate((w.prefill_tokens for w in self.waiters), initial=0))
+            self._sums = (slots, tokens)
+        return self._sums
+
+
 class FairQueue:
     """The queued requests, and the slots each tenant and client holds."""
 
     def __init__(self, tenant_limits: Callable[[str], TenantLimits | None]) -> None:
         self._tenant_limits = tenant_limits
-        self.waiters: list[Waiter] = []
+        self._tenants: dict[str, _TenantQueue] = {}
+        self._num_waiters = 0
         self.tenant_slots: Counter[str] = Counter()
         """Slots each tenant holds: what orders the queue between tenants."""
         self.client_streams: Counter[str] = Counter()
         """Requests each client has streaming: what orders a tenant's queue between
         clients, so another client's first request does not wait behind one's fortieth."""
-        self.tenant_queued: Counter[str] = Counter()
 
     def __len__(self) -> int:
-        return len(self.waiters)
+        return self._num_waiters
+
+    def __iter__(self) -> Iterator[Waiter]:
+        for queue in list(self._tenants.values()):
+            yield from list(queue.waiters)
+
+    def num_queued(self, tenant: str) -> int:
+        queue = self._tenants.get(tenant)
+        return 0 if queue is None else len(queue.waiters)
 
     def limits(self, tenant: str) -> TenantLimits:
         return self._tenant_limits(tenant) or NO_LIMITS
 
     def append(self, waiter: Waiter) -> None:
-        self.waiters.append(waiter)
-        self.tenant_queued[waiter.tenant] += 1
+        waiter.key = (waiter.priority, self.client_streams[waiter.client], waiter.seq)
+        self._tenants.setdefault(waiter.tenant, _TenantQueue()).insert(waiter)
+        self._num_waiters += 1
 
     def remove(self, waiter: Waiter) -> None:
-        if waiter in self.waiters:
-            self.waiters.remove(waiter)
-            uncount(self.tenant_queued, waiter.tenant)
-
-    def prune(self) -> None:
-        """Forget the waiters that were refused or left."""
-        for waiter in [w for w in self.waiters if w.future.done()]:
-            self.remove(waiter)
+        queue = self._tenants.get(waiter.tenant)
+        if queue is not None and queue.remove(waiter):
+            self._num_waiters -= 1
+            if not queue.waiters:
+                del self._tenants[waiter.tenant]
 
     def hold(self, client: str, tenant: str, num_slots: int) -> None:
         self.tenant_slots[tenant] += num_slots
@@ -90,53 +148,46 @@ class FairQueue:
         held = self.tenant_slots[tenant]
         return cap is not None and held > 0 and held + num_slots > cap
 
-    def _within(self, waiter: Waiter) -> tuple[int, int, int]:
-        return (waiter.priority, self.client_streams[waiter.client], waiter.seq)
-
     def _share(self, tenant: str, extra_slots: int = 0) -> float:
         return (self.tenant_slots[tenant] + extra_slots) / self.limits(tenant).weight
 
     def next_waiter(self) -> Waiter | None:
         """The waiter the next free slots go to; None when every tenant queued is at its
         cap."""
-        best: dict[str, Waiter] = {}
-        for waiter in self.waiters:
-            current = best.get(waiter.tenant)
-            if current is None or self._within(waiter) < self._within(current):
-                best[waiter.tenant] = waiter
-        eligible = [w for w in best.values() if not self.at_cap(w.tenant, w.num_slots)]
-        if not eligible:
+        heads = [
+            queue.waiters[0]
+            for tenant, queue in self._tenants.items()
+            if not self.at_cap(tenant, queue.waiters[0].num_slots)
+        ]
+        if not heads:
             return None
-        return min(eligible, key=lambda w: (self._share(w.tenant), w.seq))
+        return min(heads, key=lambda w: (self._share(w.tenant), w.seq))
 
     def ahead(
-        self,
-        tenant: str,
-        priority: int,
-        client: str = "",
-        waiter: Waiter | None = None,
-    ) -> list[Waiter]:
-        """The queued requests served before ``waiter``, or before a new request of
-        ``tenant``, ``priority`` and ``client``, as things stand now. (A tenant's
-        ``max_concurrent`` is left out: it only delays that tenant's own requests.)"""
-        key = (
-            self._within(waiter)
-            if waiter is not None
-            else (priority, self.client_streams[client], math.inf)
-        )
-        by_tenant: defaultdict[str, list[Waiter]] = defaultdict(list)
-        for other_waiter in self.waiters:
-            if other_waiter is not waiter:
-                by_tenant[other_waiter.tenant].append(other_waiter)
-        own = [w for w in by_tenant.pop(tenant, []) if self._within(w) < key]
-        own_share = self._share(tenant, sum(w.num_slots for w in own))
-        ahead = own
-        for other, queued in by_tenant.items():
-            weight = self.limits(other).weight
-            held = self.tenant_slots[other]
-            for w in sorted(queued, key=self._within):
-                if held / weight > own_share:
-                    break
-                ahead.append(w)
-                held += w.num_slots
-        return ahead
+        self, tenant: str, priority: int, client: str = "", waiter: Waiter | None = None
+    ) -> Ahead:
+        """What is served before ``waiter``, or before a new request of ``tenant``,
+        ``priority`` and ``client``, as things stand now. (A tenant's ``max_concurrent``
+        is left out: it only delays that tenant's own requests.)"""
+        new_key = (priority, self.client_streams[client], NEW_SEQ)
+        key = waiter.key if waiter is not None else new_key
+        num_slots = num_tokens = 0
+        own = self._tenants.get(tenant)
+        if own is not None:
+            index = bisect.bisect_left(own.keys, key)
+            slots, tokens = own.sums()
+            num_slots, num_tokens = slots[index], tokens[index]
+        share = self._share(tenant, num_slots)
+        for other, queue in self._tenants.items():
+            if other == tenant:
+                continue
+            room = share * self.limits(other).weight - self.tenant_slots[other]
+            if room < 0:
+                continue
+            slots, tokens = queue.sums()
+            # waiter j goes first while its tenant's share, with the slots before it,
+            # is at most this request's: slots[j] <= room
+            taken = bisect.bisect_right(slots, room, 0, len(queue.waiters))
+            num_slots += slots[taken]
+            num_tokens += tokens[taken]
+        return Ahead(num_slots, num_tokens)

@@ -14,6 +14,7 @@ import pytest
 
 from engine_worker.controller.cost_model import NUM_FEATURES
 from gateway.admission import Admission, AdmissionLimits, AdmissionRejected
+from gateway.fair_queue import Ahead
 from gateway.ttft_estimate import MAX_TOKENS_DISCOUNT, StartupPrior
 from tests.fakes import FakeEngine
 from tests.http_helpers import running_app
@@ -124,7 +125,7 @@ async def test_a_cold_gateway_refuses_on_arrival_from_its_prior() -> None:
     predicted = primed.predicted_ttft_s(1000, 0)
     assert predicted is not None
     # Two prompts of 1,000 tokens pending, then its own: 3 s of prefill and one mixed step.
-    assert predicted == pytest.approx(max(primed._slot_wait_s(1, []), 2.0) + 0.082 + 1.0)
+    assert predicted == pytest.approx(max(primed._slot_wait_s(1, Ahead()), 2.0) + 0.082 + 1.0)
 
     with pytest.raises(AdmissionRejected) as refused:
         async with primed.slot(1000, ttft_slo_s=2.0, max_tokens=100):
@@ -152,7 +153,7 @@ async def test_measurements_take_over_from_the_prior() -> None:
     # The measured line (0.1 s, whatever the prompt) replaces the prior's prefill of
     # 3 s; the wait for a slot is still the prior's, until hold times are measured.
     fixed_s, _ = admission.ttft_estimate.line()
-    assert predicted == pytest.approx(admission._slot_wait_s(1, []) + fixed_s)
+    assert predicted == pytest.approx(admission._slot_wait_s(1, Ahead()) + fixed_s)
     assert predicted < 3.0
     release.set()
     await asyncio.gather(*tasks)

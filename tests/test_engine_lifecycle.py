@@ -1,6 +1,7 @@
-"""Process lifecycle on the real engine: drain on SIGTERM, exit on engine death.
+"""Gateways of their own on the real engine: drain on SIGTERM, exit on engine death, and
+tenants that share no prefix cache.
 
-Each test ends a gateway of its own, on the tiny model.
+Each test takes a gateway of its own, on the tiny model (and most end it).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from tests.conftest import (
     stop_server,
     tiny_gateway_env,
 )
-from tests.engine_helpers import chat_body
+from tests.engine_helpers import chat_body, long_prompt, metric_sum, metrics
 from tests.http_helpers import sse_data, sse_json
 
 pytestmark = pytest.mark.engine
@@ -51,11 +52,43 @@ def own_servers(tiny_model_dir: Path) -> Iterator[dict[str, Server]]:
             ),
             "death-gateway": _env(tiny_model_dir),
             "hung-gateway": _env(tiny_model_dir, DLFP_ENGINE_STALL_S="4", DLFP_DRAIN_S="3"),
+            # Two tenants, a key each, and vLLM's prefix cache (on by default).
+            "tenants-gateway": _env(tiny_model_dir, DLFP_API_KEYS=",".join(TENANT_KEYS)),
         }
     )
     yield servers
     for server in servers.values():
         stop_server(server)
+
+
+TENANT_KEYS = ("sk-tenant-one", "sk-tenant-two")
+
+
+def _prefix_cache_hits(server: Server) -> float:
+    return metric_sum(metrics(server), "vllm:prefix_cache_hits_total")
+
+
+def test_tenants_share_no_prefix_cache_hits(own_servers: dict[str, Server]) -> None:
+    """vLLM's own prefix-cache counters, not timings: one tenant's repeat of a prompt hits
+    the cache, another tenant's identical prompt does not."""
+    server = own_servers["tenants-gateway"]
+    prompt = long_prompt(seed=7, num_chars=1200)
+
+    def send(token: str) -> float:
+        before = _prefix_cache_hits(server)
+        r = httpx.post(
+            server.base_url + "/v1/chat/completions",
+            json=chat_body(prompt, 1),
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=120,
+        )
+        assert r.status_code == 200, r.text
+        return _prefix_cache_hits(server) - before
+
+    one, two = TENANT_KEYS
+    assert send(one) == 0  # first seen
+    assert send(two) == 0  # the same prompt, another tenant: no hit
+    assert send(one) > 0  # the first tenant's repeat hits its own cache
 
 
 def _engine_cores(server: Server) -> list[psutil.Process]:

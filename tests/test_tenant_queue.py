@@ -143,6 +143,6 @@ async def test_the_slo_check_counts_only_the_requests_served_before_it() -> None
     await until(lambda: admission.num_queued == 16)
     ahead_of_b = admission._ahead(0, client="b", tenant="b")
     ahead_of_a = admission._ahead(0, client="a", tenant="a")
-    assert ahead_of_b == []  # b holds nothing: it is next
-    assert len(ahead_of_a) == 16
+    assert ahead_of_b.num_slots == 0  # b holds nothing: it is next
+    assert ahead_of_a.num_slots == 16 and ahead_of_a.prefill_tokens == 16 * 10
     await streams.finish()

@@ -18,11 +18,20 @@ from engine_worker.contract.dlfp_config import DLFPConfig
 from engine_worker.controller.params import STATE_KEYS
 from gateway.admission import Admission, AdmissionLimits
 from gateway.controller_calls import ControllerCalls
-from gateway.deps import AdminDep, AdmissionDep, ControllerCallsDep, DLFPDep, MetricsDep
+from gateway.deps import (
+    AdminDep,
+    AdmissionDep,
+    ControllerCallsDep,
+    DLFPDep,
+    MetricsDep,
+    TenantsDep,
+)
 from gateway.errors import APIError, ErrorResponse, first_error
 from gateway.metrics import GatewayMetrics
 from gateway.state import DLFPInForce
 from gateway.telemetry import set_controller_target
+from gateway.tenant_limits import TenantLimits
+from gateway.tenants import Tenant
 
 logger = logging.getLogger("dlfp.admin")
 
@@ -233,6 +242,47 @@ async def patch_admission(
     admission.update_limits(new)
     _record_change(metrics, "admission", old, new, who, request)
     return _admission_view(admission)
+
+
+def _tenant_view(tenant: Tenant, admission: Admission) -> dict[str, Any]:
+    slots, queued = admission.tenant_use(tenant.name)
+    return {
+        "name": tenant.name,
+        "limits": tenant.limits.model_dump(mode="json"),
+        "num_keys": len(tenant.key_digests),
+        "may_raise_priority": tenant.may_raise_priority,
+        "use": {"slots": slots, "queued": queued},
+    }
+
+
+@router.get("/tenants", responses=_ERRORS)
+async def get_tenants(tenants: TenantsDep, admission: AdmissionDep, _: AdminDep) -> dict[str, Any]:
+    """Each tenant's limits and live use (its keys are never shown)."""
+    return {"tenants": [_tenant_view(t, admission) for t in tenants]}
+
+
+@router.patch("/tenants/{name}", responses={**_ERRORS, 404: {"model": ErrorResponse}})
+async def patch_tenant(
+    name: str,
+    tenants: TenantsDep,
+    admission: AdmissionDep,
+    metrics: MetricsDep,
+    who: AdminDep,
+    request: Request,
+    body: Annotated[dict[str, Any], Body()],
+) -> dict[str, Any]:
+    """Change some of a tenant's limits until restart; validated as a whole."""
+    tenant = tenants.get(name)
+    if tenant is None:
+        raise APIError(404, f"no tenant named {name!r}", param="name", code="not_found")
+    try:
+        new = TenantLimits.model_validate(tenant.limits.model_dump() | body)
+    except ValidationError as exc:
+        raise _invalid(exc) from exc
+    changed = tenants.with_limits(name, new)
+    admission.tenant_limits_changed()
+    _record_change(metrics, f"tenant {name}", tenant.limits, new, who, request)
+    return _tenant_view(changed, admission)
 
 
 @router.get("/dlfp/steps", responses=_ERRORS)
