@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.capacity.study import apply_study
+from bench.lib.command_errors import run_guarded
 from bench.lib.options import (
     add_results_option,
     add_run_options,
@@ -78,21 +79,18 @@ def run_config_from(args: argparse.Namespace) -> RunConfig:
 
 
 def run_handler(args: argparse.Namespace) -> int:
-    from bench.lib.endpoint import EndpointError
     from bench.lib.loadgen import run_all
     from bench.lib.tokens import load_counter
 
     if not args.base_url:
         raise SystemExit("bench: --base-url is required to run trials")
-    try:
+
+    def trials() -> None:
         apply_study(args, sweep=False)
         asyncio.run(run_all(run_config_from(args), load_counter(args.tokenizer)))
-    except (EndpointError, ValueError) as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("bench: interrupted; finished trials are kept, rerun to resume", file=sys.stderr)
-        return 130
+
+    if (status := run_guarded("bench", "finished trials", trials)) is not None:
+        return status
     return report(args.results, slo_from(args), plots=not args.no_plots)
 
 
@@ -107,12 +105,11 @@ def sweep_handler(args: argparse.Namespace) -> int:
         run_sweep,
         sweep_summary,
     )
-    from bench.lib.endpoint import EndpointError
     from bench.lib.protocols import PROTOCOLS
     from bench.lib.report import save_summary
     from bench.lib.tokens import load_counter
 
-    try:
+    def trials() -> None:
         apply_study(args, sweep=True)
         blocks = None
         if args.block is not None:
@@ -133,14 +130,9 @@ def sweep_handler(args: argparse.Namespace) -> int:
                 save_blocks(args.results, blocks)
             counter = load_counter(args.tokenizer)
             asyncio.run(run_sweep(run, rates, counter, slo_from(args), args.stop_below))
-    except (EndpointError, ValueError) as exc:
-        print(f"bench sweep: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(
-            "bench sweep: interrupted; finished trials are kept, rerun to resume", file=sys.stderr
-        )
-        return 130
+
+    if (status := run_guarded("bench sweep", "finished trials", trials)) is not None:
+        return status
     summary = sweep_summary(args.results, slo_from(args))
     print(format_sweep_markdown(summary) if args.markdown else format_sweep(summary))
     if args.check:
@@ -187,8 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     from bench.abuse import command as abuse
     from bench.baseline import crosscheck, vllm_server
     from bench.episodes import command as episodes
-    from bench.harness import device_timer_cost, gpu_check, overhead
+    from bench.harness import admission_cost, device_timer_cost, gpu_check, overhead
     from bench.probes import chunks
+    from bench.tenants import command as tenants
 
     bench = argparse.ArgumentParser(
         prog="dlfp-gateway bench",
@@ -267,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
     overhead.add_parser(sub)
     gpu_check.add_parser(sub)
     device_timer_cost.add_parser(sub)
+    tenants.add_parser(sub)
+    admission_cost.add_parser(sub)
     return bench
 
 

@@ -1,14 +1,8 @@
-"""A FAKE monotonic clock for the quick tier: seconds that move only when a test says so."""
+"""The quick tier's FAKE monotonic clock: ``bench.lib.sim_clock.SimulatedClock``, under the
+name the tests give a fake. Its seconds move only when a test says so."""
 
 from __future__ import annotations
 
+from bench.lib.sim_clock import SimulatedClock as FakeClock
 
-class FakeClock:
-    def __init__(self, start_s: float = 0.0) -> None:
-        self.now = start_s
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+__all__ = ["FakeClock"]

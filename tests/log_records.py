@@ -10,6 +10,10 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
+
+from gateway.server import logger as server_logger
+
 
 class _Records(logging.Handler):
     def __init__(self) -> None:
@@ -31,3 +35,11 @@ def captured(logger: logging.Logger) -> Iterator[list[logging.LogRecord]]:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+
+
+@pytest.fixture(name="records")
+def records_fixture() -> Iterator[list[logging.LogRecord]]:
+    """``records``: the gateway server logger's records during the test. A test module
+    that imports this function has the fixture."""
+    with captured(server_logger) as found:
+        yield found

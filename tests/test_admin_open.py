@@ -4,23 +4,15 @@ no admin token) or /v1 open (event ``api_open``, no API keys)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from gateway import server
-from gateway.server import logger as server_logger
 from gateway.server import warn_if_admin_open, warn_if_api_open
 from gateway.settings import Settings
 from tests.fakes import FakeEngine
-from tests.log_records import captured
-
-
-@pytest.fixture
-def records() -> Iterator[list[logging.LogRecord]]:
-    with captured(server_logger) as records:
-        yield records
+from tests.log_records import records_fixture  # noqa: F401 (the records fixture)
 
 
 def _settings(**values: Any) -> Settings:

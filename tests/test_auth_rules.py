@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -15,11 +14,10 @@ import pytest
 from gateway import server
 from gateway.auth import is_local_client
 from gateway.cli import main
-from gateway.server import logger as server_logger
 from gateway.server import warn_if_admin_open
 from gateway.settings import Settings
 from tests.http_helpers import fake_client
-from tests.log_records import captured
+from tests.log_records import records_fixture  # noqa: F401 (the records fixture)
 
 
 def _settings(**values: Any) -> Settings:
@@ -101,12 +99,6 @@ def test_a_bad_trusted_proxy_stops_serve_with_one_line(
     assert main(["serve"]) == 2
     err = capsys.readouterr().err
     assert "DLFP_TRUSTED_PROXIES" in err and value in err and "Traceback" not in err
-
-
-@pytest.fixture
-def records() -> Iterator[list[logging.LogRecord]]:
-    with captured(server_logger) as records:
-        yield records
 
 
 def test_trusted_proxies_without_a_token_warn_even_on_loopback(

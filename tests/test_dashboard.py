@@ -1,23 +1,28 @@
-"""The live dashboard: served self-contained (quick tier), and drawing the real
-gateway's metrics in headless Chromium (real-engine tier)."""
+"""The live dashboard: served self-contained and its tenants tile drawn in headless
+Chromium on the FAKE engine (quick tier), and drawing the real gateway's metrics in
+headless Chromium (real-engine tier)."""
 
 from __future__ import annotations
 
 import json
 import re
 import threading
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
+from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import httpx
 import pytest
 
-from tests.cdp import launch_chromium
+from gateway.settings import Settings
+from tests.cdp import Chromium, launch_chromium
 from tests.conftest import ARTIFACTS, TINY_MODEL_NAME, Server
 from tests.debian_tools import DebianPrograms
-from tests.http_helpers import fake_client
+from tests.fakes import FakeEngine
+from tests.http_helpers import fake_app, fake_client, served_in_thread
 
 PLOT_IDS = (
     "itl-hist",
@@ -33,6 +38,9 @@ PLOT_IDS = (
 REFERENCE = re.compile(r"""\b(?:src|href)\s*=\s*["']([^"']*)["']""")
 POINTS_JS = """JSON.stringify(Object.fromEntries([...document.querySelectorAll("[data-points]")]
     .map((e) => [e.id, Number(e.dataset.points)])))"""
+TENANT_ROWS_JS = """JSON.stringify([...document.querySelectorAll("#tile-tenants tbody tr")]
+    .map((tr) => [tr.dataset.tenant, [...tr.cells].slice(1).map((td) => td.textContent)]))"""
+"""The tenants tile, row by row: [tenant, [slots, tokens/s, "ok / shed"]]."""
 
 
 @asynccontextmanager
@@ -77,6 +85,71 @@ async def test_dashboard_loads_nothing_from_another_origin() -> None:
     assert (
         "default-src 'none'" in csp and "connect-src 'self'" in csp and "script-src 'self'" in csp
     )
+
+
+# ---- FAKE engine, real browser: the tenants tile ----------------------------------------
+
+
+def _tenant_rows(page: Chromium) -> dict[str, list[str]]:
+    return dict(json.loads(page.evaluate(TENANT_ROWS_JS)))
+
+
+def _wait_for_rows(
+    page: Chromium, is_done: Callable[[dict[str, list[str]]], bool], timeout_s: float = 30
+) -> dict[str, list[str]]:
+    deadline = time.monotonic() + timeout_s
+    while not is_done(rows := _tenant_rows(page)):
+        assert time.monotonic() < deadline, f"the tenants tile still shows {rows}"
+        time.sleep(0.1)
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("settings", "key", "tenants"),
+    # The busy tenant (listed first) is key-2: it sorts before key-1 once it has a request.
+    [({}, None, ["default"]), ({"api_keys": "k1,k2"}, "k2", ["key-2", "key-1"])],
+    ids=["no-keys", "two-keys"],
+)
+def test_dashboard_tile_shows_each_tenants_use_in_chromium(
+    settings: dict[str, Any],
+    key: str | None,
+    tenants: list[str],
+    debian_programs: DebianPrograms,
+) -> None:
+    # A token every 30 ms: the stream holds its slot over a few of the page's 1 s refreshes.
+    app = fake_app(Settings(_env_file=None, **settings), FakeEngine(delay_s=0.03))  # type: ignore[call-arg]
+    body = {
+        "model": "fake-model",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 150,
+        "stream": True,
+    }
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    busy = tenants[0]
+    with served_in_thread(app) as where, launch_chromium(debian_programs.path("chromium")) as page:
+        page.navigate(f"http://{where}/dashboard")
+        page.wait_for("Number(document.body.dataset.updates) >= 1")
+        assert sorted(_tenant_rows(page)) == sorted(tenants)
+        with ThreadPoolExecutor(1) as pool, httpx.Client(base_url=f"http://{where}") as client:
+
+            def chat() -> str:
+                with client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r:
+                    r.raise_for_status()
+                    return r.read().decode()
+
+            done = pool.submit(chat)
+            _wait_for_rows(page, lambda rows: rows[busy][0] != "0")  # its slot, while it streams
+            assert "[DONE]" in done.result(timeout=30)
+        # Done: the slot is back, and the window holds the request and its tokens.
+        rows = _wait_for_rows(page, lambda rows: rows[busy][0] == "0" and rows[busy][2] != "0 / 0")
+        page.screenshot(ARTIFACTS / f"dashboard-tenants-{len(tenants)}.png")
+        errors = list(page.errors)
+    assert errors == []
+    assert list(rows) == tenants  # the busiest first
+    assert rows[busy][2] == "1 / 0"  # ok / shed over the window
+    assert float(rows[busy][1].replace(",", "")) > 0  # tokens/s over the window
+    for idle in tenants[1:]:
+        assert rows[idle] == ["0", "0", "0 / 0"], rows
 
 
 # ---- real engine, real browser ---------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The deadline plan against the target plan on a toy plant (``toy_plant``, fake clock).
+"""The deadline plan against the target plan on a toy plant (``bench.lib.plant``, fake clock).
 
 Eight streams decode while long prompts arrive one after another; every step
 gives each stream a token, so a stream's deadline is the previous step's end
@@ -15,10 +15,11 @@ from dataclasses import dataclass, replace
 
 import pytest
 
+from bench.lib.plant import ContextPlant
 from engine_worker.controller.cap_controller import CapParams, PrefillCapController
 from engine_worker.controller.cost_model import StepShape, chunk_attention
 from tests.cap_params import cap_params
-from tests.toy_plant import ContextPlant
+from tests.fake_clock import FakeClock
 
 ITL_SLO_MS = 500.0
 PLANT = ContextPlant(base_s=0.060, decode_s=0.0075, noise=0.08)
@@ -54,8 +55,8 @@ def serve(
     prefit: bool = False,
 ) -> Served:
     rng = random.Random(seed)
-    now = [0.0]
-    controller = PrefillCapController(params, clock=lambda: now[0], wall_clock=lambda: now[0])
+    clock = FakeClock()
+    controller = PrefillCapController(params, clock=clock, wall_clock=clock)
     if prefit:
         for _ in range(200):
             computed, chunk = rng.randrange(0, 3000), rng.randrange(0, 400)
@@ -83,7 +84,7 @@ def serve(
         shape = StepShape(len(streams), context, num_prefill, attention)
         controller.on_scheduled(num_prefill, len(streams), shape=shape)
         step_s = plant.busy_s(shape, rng)
-        now[0] += step_s
+        clock.advance(step_s)
         controller.on_step_done()
         is_within = step_s <= ITL_SLO_MS / 1000.0
         if step:  # the first step follows no token
@@ -99,7 +100,7 @@ def serve(
             computed, length = 0, rng.randrange(1000, 3000)
             gap_steps = rng.randrange(2, 12)
         streams = [c + 1 if rng.random() > 0.005 else rng.randrange(200, 1000) for c in streams]
-    served.seconds = now[0]
+    served.seconds = clock()
     return served
 
 

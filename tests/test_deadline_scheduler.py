@@ -14,14 +14,16 @@ from pathlib import Path
 
 import pytest
 
+from bench.lib.plant import ContextPlant
 from engine_worker.contract.dlfp_config import ControllerMode, DLFPConfig
 from engine_worker.controller.cost_model import StepShape, chunk_attention
 from engine_worker.engine_core.scheduler import DLFPScheduler, DLFPSchedulerMixin
 from tests.scheduler_helpers import build_scheduler, make_request, run_step
 
-
-def plant_s(shape: StepShape) -> float:
-    return 0.1 + 0.01 * shape.num_decode_tokens + 0.01 * shape.num_prefill_tokens
+PLANT = ContextPlant(
+    base_s=0.1, decode_s=0.01, prefill_s_per_token=0.01, attention_s_per_token2=0.0, noise=0.0
+)
+"""100 ms a step, 10 ms a decode and 10 ms a prefill token."""
 
 
 def decoding(
@@ -43,7 +45,7 @@ def decoding(
         chunk, num_decode, context = 8 + 7 * index, 1 + index % 4, 50 * (index % 7)
         mixed = StepShape(num_decode, context, chunk, chunk_attention(0, chunk))
         for shape in (mixed, StepShape(num_decode, context)):
-            model.observe(shape, plant_s(shape))
+            model.observe(shape, PLANT.exact_s(shape))
             model.predict_s(shape)  # as the planner does between steps
     assert scheduler.dlfp_controller.state.cost_model_ready
     return scheduler

@@ -44,6 +44,15 @@ PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 ENGINE_SHUTDOWN_S = 20
 """Room left for vLLM's engine to stop after uvicorn has (its core process, the GPU's memory)."""
 SECRET_FILES = {f"DLFP_{name.upper()}_FILE" for name in SECRET_FIELDS}
+TENANT_METRICS = {
+    "dlfp_tenant_slots_in_use",
+    "dlfp_tenant_slot_seconds_total",
+    "dlfp_tenant_completion_tokens_total",
+    "dlfp_tenant_requests_total",
+    "dlfp_tenant_ttft_seconds_bucket",
+    "dlfp_tenant_queue_wait_seconds_bucket",
+}
+"""The per-tenant series the dashboard's "Use by tenant" row reads."""
 
 
 def _yaml(path: Path) -> Any:
@@ -283,8 +292,9 @@ def test_prometheus_and_grafana_provisioning_agree(
     home = Path(grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"])
     assert home.parent == Path(dashboards_dir) and (DASHBOARD.parent / home.name) == DASHBOARD
     dashboard = json.loads(DASHBOARD.read_text())
-    used = {p["datasource"]["uid"] for p in dashboard["panels"]}
-    used |= {t["datasource"]["uid"] for p in dashboard["panels"] for t in p["targets"]}
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]  # a row queries nothing
+    used = {p["datasource"]["uid"] for p in panels}
+    used |= {t["datasource"]["uid"] for p in panels for t in p["targets"]}
     assert used == {datasource["uid"]}
 
 
@@ -361,7 +371,8 @@ def promql_metric_names(expr: str) -> set[str]:
 
 def dashboard_queries() -> list[str]:
     dashboard = json.loads(DASHBOARD.read_text())
-    queries = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    # A row panel only groups the panels below it: it has no targets.
+    queries = [t["expr"] for panel in dashboard["panels"] for t in panel.get("targets", [])]
     for variable in dashboard["templating"]["list"]:
         match = re.fullmatch(r"label_values\((.+),\s*\w+\)", variable["definition"])
         assert match, f"unexpected variable query {variable['definition']!r}"
@@ -418,7 +429,50 @@ def test_dashboard_has_the_panels_the_brief_asks_for() -> None:
         "vllm:num_requests_running",
         "vllm:num_requests_waiting",
         "vllm:kv_cache_usage_perc",
+        *TENANT_METRICS,
     }
+
+
+def test_dashboard_groups_the_tenant_panels_in_a_row() -> None:
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    (row,) = [p for p in panels if p["type"] == "row" and p["title"] == "Use by tenant"]
+    tenant_panels = [p for p in panels if "dlfp_tenant_" in str(p.get("targets"))]
+    assert len(tenant_panels) >= 6
+    # Grafana files a panel under the row above it: all of them below this one, no other.
+    assert all(p["gridPos"]["y"] > row["gridPos"]["y"] for p in tenant_panels)
+    assert all(
+        p["gridPos"]["y"] < row["gridPos"]["y"] for p in panels if p not in [row, *tenant_panels]
+    )
+    queries = [t["expr"] for p in tenant_panels for t in p["targets"]]
+    for histogram in ("dlfp_tenant_ttft_seconds", "dlfp_tenant_queue_wait_seconds"):
+        assert any(
+            q.startswith("histogram_quantile(0.95, sum by (le, tenant) (")
+            and f"{histogram}_bucket{{" in q
+            for q in queries
+        ), histogram
+    (slots,) = [p for p in tenant_panels if "dlfp_tenant_slots_in_use" in str(p["targets"])]
+    assert slots["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"
+    assert all("by (tenant" in q or "by (le, tenant)" in q for q in queries), queries
+
+
+def test_promtool_parses_every_dashboard_query(
+    debian_programs: DebianPrograms, tmp_path: Path
+) -> None:
+    promtool = debian_programs.path("promtool")
+    # Grafana fills its variables in before Prometheus sees a query.
+    variables = {"$__rate_interval": "20s", "$instance": ".*", "$tenant": ".*"}
+    rules: list[dict[str, str]] = []
+    for i, query in enumerate(dashboard_queries()):
+        for name, value in variables.items():
+            query = query.replace(name, value)
+        assert "$" not in query, query
+        rules.append({"record": f"dashboard:query_{i}", "expr": query})
+    checked = tmp_path / "rules.yml"
+    checked.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    done = subprocess.run(
+        [promtool, "check", "rules", str(checked)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 async def test_dashboard_and_hpa_query_only_dlfp_metrics_the_gateway_exports() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from bench.lib.plant import ContextPlant
 from engine_worker.contract.device_defaults import defaults_for
 from engine_worker.contract.dlfp_config import DLFPConfig, Observation
 from engine_worker.contract.step_ring import STEP_INDEX_ATTR, StepRing
@@ -19,7 +20,6 @@ from engine_worker.controller.host_share import HostShareWindow
 from engine_worker.worker.device_timer import DeviceStepTimer, install
 from tests.cap_params import cap_params
 from tests.fake_clock import FakeClock
-from tests.toy_plant import ContextPlant
 
 
 @pytest.fixture
@@ -192,26 +192,26 @@ def test_device_is_a_setting() -> None:
 
 
 def mixed_step(
-    controller: PrefillCapController, now: list[float], seconds: float, device_s: float | None
+    controller: PrefillCapController, clock: FakeClock, seconds: float, device_s: float | None
 ) -> Any:
-    controller.on_schedule(1, now[0])
-    controller.on_scheduled(256, 1, now[0])
-    now[0] += seconds
-    return controller.on_step_done(now[0], device_s=device_s)
+    controller.on_schedule(1, clock())
+    controller.on_scheduled(256, 1, clock())
+    clock.advance(seconds)
+    return controller.on_step_done(clock(), device_s=device_s)
 
 
 def test_device_time_is_fed_back_when_given_and_completion_when_not() -> None:
-    now = [0.0]
-    controller = PrefillCapController(PARAMS, clock=lambda: now[0], wall_clock=lambda: now[0])
+    clock = FakeClock()
+    controller = PrefillCapController(PARAMS, clock=clock, wall_clock=clock)
     assert controller.state.observation_in_force is None
-    mixed_step(controller, now, 0.150, None)  # the first completion pairs with nothing
-    timed = mixed_step(controller, now, 0.150, 0.080)
+    mixed_step(controller, clock, 0.150, None)  # the first completion pairs with nothing
+    timed = mixed_step(controller, clock, 0.150, 0.080)
     assert timed.device_s == 0.080 and timed.observation_s() == 0.080
     assert controller.state.last_observation_ms == pytest.approx(80.0)
     assert controller.state.observation_in_force == "device"
     assert timed.to_dict()["device_ms"] == pytest.approx(80.0)
     assert timed.to_dict()["observation_ms"] == pytest.approx(80.0)
-    untimed = mixed_step(controller, now, 0.150, None)
+    untimed = mixed_step(controller, clock, 0.150, None)
     assert untimed.observation_s() == pytest.approx(0.150)  # its completion interval
     assert controller.state.last_observation_ms == pytest.approx(150.0)
     assert controller.state.observation_in_force == "completion"
@@ -219,11 +219,11 @@ def test_device_time_is_fed_back_when_given_and_completion_when_not() -> None:
 
 
 def test_other_observations_ignore_the_device_time() -> None:
-    now = [0.0]
+    clock = FakeClock()
     params = replace(PARAMS, observation="completion")
-    controller = PrefillCapController(params, clock=lambda: now[0], wall_clock=lambda: now[0])
-    mixed_step(controller, now, 0.150, None)
-    record = mixed_step(controller, now, 0.150, 0.080)
+    controller = PrefillCapController(params, clock=clock, wall_clock=clock)
+    mixed_step(controller, clock, 0.150, None)
+    record = mixed_step(controller, clock, 0.150, 0.080)
     assert record.observation_s() == pytest.approx(0.150)
     assert record.to_dict()["device_ms"] == pytest.approx(80.0)  # still reported
     assert controller.state.observation_in_force == "completion"
@@ -271,8 +271,8 @@ def serve_with_host(host_s: float, num_steps: int = 300) -> Served:
     """Eight streams and one long prompt after another; each step's completion is its
     device time plus ``host_s``."""
     rng = random.Random(0)
-    now = [0.0]
-    controller = PrefillCapController(DEADLINE, clock=lambda: now[0], wall_clock=lambda: now[0])
+    clock = FakeClock()
+    controller = PrefillCapController(DEADLINE, clock=clock, wall_clock=clock)
     for _ in range(200):  # a fitted model of device time
         computed, chunk = rng.randrange(0, 3000), rng.randrange(0, 400)
         shape = StepShape(8, 4000, chunk, chunk_attention(computed, chunk))
@@ -288,7 +288,7 @@ def serve_with_host(host_s: float, num_steps: int = 300) -> Served:
         shape = StepShape(8, 4000, num_prefill, chunk_attention(computed, num_prefill))
         controller.on_scheduled(num_prefill, 8, shape=shape)
         device_s = PLANT.exact_s(shape)
-        now[0] += device_s + host_s
+        clock.advance(device_s + host_s)
         controller.on_step_done(device_s=device_s)
         if num_prefill and index >= 20:  # after the host share and the margin filled
             served.num_mixed += 1

@@ -10,16 +10,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
 from gateway import server
-from gateway.server import logger as server_logger
 from gateway.settings import SECRET_VARIABLES, Settings
 from tests.fakes import FakeEngine
-from tests.log_records import captured
+from tests.log_records import records_fixture  # noqa: F401 (the records fixture)
 
 Script = Callable[[server.GatewayServer, FakeEngine], Awaitable[None]]
 
@@ -30,12 +29,6 @@ class _StopCountsAsDeath(FakeEngine):
     async def shutdown(self) -> None:
         await super().shutdown()
         self.kill()
-
-
-@pytest.fixture
-def records() -> Iterator[list[logging.LogRecord]]:
-    with captured(server_logger) as records:
-        yield records
 
 
 async def _until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:

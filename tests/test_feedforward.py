@@ -1,5 +1,5 @@
 """The feed-forward cap, planned to a target, on a toy plant whose step cost grows with
-context (``toy_plant``, fake clock).
+context (``bench.lib.plant``, fake clock).
 
 Long prompts arrive one after another while the number of decoding streams wanders
 between 1 and 16, as streams start and finish. No sleeping.
@@ -13,6 +13,7 @@ from typing import Literal
 
 import pytest
 
+from bench.lib.plant import ContextPlant
 from engine_worker.controller.cap_controller import CapParams, PrefillCapController
 from engine_worker.controller.cost_model import (
     StepCostModel,
@@ -21,7 +22,7 @@ from engine_worker.controller.cost_model import (
     plan_prefill,
 )
 from tests.cap_params import cap_params
-from tests.toy_plant import ContextPlant
+from tests.fake_clock import FakeClock
 
 TARGET_MS = 300.0
 
@@ -52,9 +53,9 @@ def run(
     """Serve long prompts one after another; returns (cap, prefill, busy_ms) per mixed step."""
     rng = random.Random(seed)
     plant = plant or ContextPlant()
-    now = [0.0]
+    clock = FakeClock()
     controller = PrefillCapController(
-        controller_params or params(feedforward), clock=lambda: now[0], wall_clock=lambda: now[0]
+        controller_params or params(feedforward), clock=clock, wall_clock=clock
     )
     steps = []
     streams = [128]  # tokens left per decoding stream; one never-ending background stream
@@ -70,7 +71,7 @@ def run(
             shape = StepShape(num_decoding, 0, num_prefill, chunk_attention(computed, num_prefill))
             controller.on_scheduled(num_prefill, num_decoding, shape=shape)
             busy_s = plant.busy_s(shape, rng)
-            now[0] += busy_s
+            clock.advance(busy_s)
             controller.on_step_done()
             steps.append((cap, num_prefill, busy_s * 1000))
             if targets_ms is not None:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.metrics import build_metrics
-from gateway.tenant_metrics import build_tenant_metrics
 from gateway.settings import Settings
+from gateway.tenant_metrics import build_tenant_metrics
 from tests.fakes import FakeEngine
 from tests.http_helpers import fake_app
 

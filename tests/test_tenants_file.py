@@ -86,3 +86,15 @@ def test_without_a_file_each_key_is_a_tenant_and_no_keys_is_one(tmp_path: Path) 
     default = alone.of_key(None)
     assert alone.names == [DEFAULT_TENANT] and default is not None
     assert alone.of_key("anything") is default
+
+
+def test_serve_with_a_bad_file_exits_2_naming_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway.cli import main
+
+    path = write(tmp_path, GOOD.replace("max_concurrent = 16", "max_concurrent = 0"))
+    monkeypatch.chdir("/")  # no .env
+    assert main(["serve", "--tenants-file", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{path}:6: max_concurrent" in err

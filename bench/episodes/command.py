@@ -45,6 +45,7 @@ from bench.episodes.setup import (
 from bench.episodes.stats import SENTINEL, format_episodes_markdown, summarize_episodes
 from bench.lib.calibrate import write_host
 from bench.lib.client import ClientSettings, server_root
+from bench.lib.command_errors import run_guarded
 from bench.lib.endpoint import (
     EndpointError,
     bearer,
@@ -194,7 +195,7 @@ def folders(results: Path) -> list[Path]:
 
 
 def handler(args: argparse.Namespace) -> int:
-    try:
+    def episodes() -> None:
         if args.conditions and (args.decoders is not None or args.itl_slo_ms is not None):
             raise ValueError("--conditions sets the decoding streams and the objective itself")
         if args.base_url:
@@ -208,14 +209,9 @@ def handler(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
                 asyncio.run(run_episodes(run, prepared["baseline"], counter))
-    except (EndpointError, ValueError) as exc:
-        print(f"bench episodes: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(
-            "bench episodes: interrupted; recorded runs are kept, rerun to resume", file=sys.stderr
-        )
-        return 130
+
+    if (status := run_guarded("bench episodes", "recorded runs", episodes)) is not None:
+        return status
     found = folders(args.results)
     if not found:
         print(f"bench episodes: nothing recorded under {args.results}", file=sys.stderr)

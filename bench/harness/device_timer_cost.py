@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness.overhead import median_interval
+from bench.harness.overhead_report import median_interval
 from engine_worker.client.cpu_features import cpu_family_model, cpu_model_name
 from engine_worker.contract.step_ring import STEP_INDEX_ATTR, StepRing
 from engine_worker.worker.device_timer import DeviceStepTimer, PerfCounterClock

@@ -43,7 +43,12 @@ class SLO:
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (0..100) with linear interpolation; None for no values."""
+    """The q-th percentile (0..100) with linear interpolation; None for no values.
+
+    NOTE: not the controller's rank rule (``engine_worker.controller.sliding_window``'s
+    ``quantile``, a value seen): reports interpolate so that their figures agree with
+    vLLM's, and the committed summaries hold this arithmetic to the last bit.
+    """
     if not values:
         return None
     if not 0.0 <= q <= 100.0:

@@ -35,10 +35,15 @@ import random
 import statistics
 from collections import deque
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
+from bench.lib.plant import ContextPlant
+from bench.lib.sim_clock import SimulatedClock
 from engine_worker.contract.device_defaults import defaults_for
 from engine_worker.controller.cap_controller import CapParams, PrefillCapController
+from engine_worker.controller.cost_model import StepShape
 from engine_worker.controller.modes import ControllerMode, Observation
+from engine_worker.controller.sliding_window import quantile
 from engine_worker.controller.step_timing import StepRecord
 
 TARGET_MS = 80.0
@@ -69,9 +74,20 @@ class Plant:
     prefill_us_per_token: float
     """Device time per prefill token."""
 
+    @cached_property
+    def device(self) -> ContextPlant:
+        """The device's step time: ``decode_ms``, 0.5 ms a decode, the prefill tokens' time."""
+        return ContextPlant(
+            base_s=self.decode_ms / 1000,
+            decode_s=0.0005,
+            prefill_s_per_token=self.prefill_us_per_token * 1e-6,
+            attention_s_per_token2=0.0,
+            noise=0.0,
+        )
+
     def device_s(self, num_prefill_tokens: int, num_decoding: int) -> float:
-        per_token_s = self.prefill_us_per_token * 1e-6
-        return self.decode_ms / 1000 + per_token_s * num_prefill_tokens + 0.0005 * num_decoding
+        shape = StepShape(num_decode_tokens=num_decoding, num_prefill_tokens=num_prefill_tokens)
+        return self.device.exact_s(shape)
 
     def dispatch_host_s(self, num_prefill_tokens: int) -> float:
         return self.host_ms / 2000 + self.host_us_per_token * 1e-6 * num_prefill_tokens
@@ -96,14 +112,6 @@ LARGE = Plant(
     prefill_us_per_token=25.0,
 )
 """The device runs a step for longer than the host prepares it."""
-
-
-class SimulatedClock:
-    def __init__(self) -> None:
-        self.now_s = 0.0
-
-    def __call__(self) -> float:
-        return self.now_s
 
 
 def simulated_arrivals(seed: int = 801, rate: float = 1.0) -> list[tuple[float, int]]:
@@ -141,8 +149,8 @@ class SimulatedEngine:
 
     def run(self, arrivals: list[tuple[float, int]]) -> None:
         pending = deque(arrivals)
-        while self.clock.now_s < HORIZON_S:
-            while pending and pending[0][0] <= self.clock.now_s:
+        while self.clock.now < HORIZON_S:
+            while pending and pending[0][0] <= self.clock.now:
                 self.backlog_tokens.append(pending.popleft()[1])
             self._schedule_and_dispatch()
             if len(self.in_flight) < self.queue_depth:
@@ -152,18 +160,18 @@ class SimulatedEngine:
     def _schedule_and_dispatch(self) -> None:
         cap = self.controller.on_schedule(NUM_DECODING)
         num_prefill = self._take_prefill(UNCAPPED_BUDGET_TOKENS if cap is None else cap)
-        self.clock.now_s += self.plant.dispatch_host_s(num_prefill)
+        self.clock.now += self.plant.dispatch_host_s(num_prefill)
         record = self.controller.on_scheduled(num_prefill, NUM_DECODING)
         device_s = self.plant.device_s(num_prefill, NUM_DECODING)
-        self.device_free_at_s = max(self.clock.now_s, self.device_free_at_s) + device_s
+        self.device_free_at_s = max(self.clock.now, self.device_free_at_s) + device_s
         self.in_flight.append((self.device_free_at_s, record, device_s))
 
     def _complete_oldest(self) -> None:
         done_at_s, record, device_s = self.in_flight.popleft()
-        self.clock.now_s = max(self.clock.now_s, done_at_s)  # future.result() blocks
+        self.clock.now = max(self.clock.now, done_at_s)  # future.result() blocks
         self.controller.on_step_done()
-        self.clock.now_s += self.plant.host_ms / 2000
-        self.completed.append(Completed(record, device_s, self.clock.now_s))
+        self.clock.now += self.plant.host_ms / 2000
+        self.completed.append(Completed(record, device_s, self.clock.now))
 
     def _take_prefill(self, max_tokens: int) -> int:
         if not self.backlog_tokens:
@@ -177,6 +185,9 @@ class SimulatedEngine:
 
 @dataclass(frozen=True)
 class SimulationResult:
+    """One replay's figures. Its percentiles are values seen, by rank: the smallest with
+    more than the share at or below it (``quantile(..., strictly_above=True)``)."""
+
     p50_gap_ms: float
     p95_gap_ms: float
     """Stream gap ending at a mixed step (second half of the run)."""
@@ -192,11 +203,6 @@ class SimulationResult:
     num_misjudged_updates: int
     """Updates fed an observation under the target for a step whose gap was over it."""
     num_stale_observations: int
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
 
 
 def simulate(
@@ -229,16 +235,18 @@ def simulate(
         if c.record.is_feedback and (c.record.observation_s() or 0.0) < target_s < gap
     ]
     caps = [float(c.record.cap_tokens or 0) for c, _ in late]
+    gaps_ms = sorted(gap * 1000 for _, gap in late)
+    device_ms = sorted(c.device_s * 1000 for c, _ in late)
     prefill = sum(c.record.num_prefill_tokens for c in engine.completed)
     state = controller.state
     assert state.cap_tokens is not None
     return SimulationResult(
-        p50_gap_ms=_percentile([g * 1000 for _, g in late], 0.50),
-        p95_gap_ms=_percentile([g * 1000 for _, g in late], 0.95),
-        p95_device_ms=_percentile([c.device_s * 1000 for c, _ in late], 0.95),
+        p50_gap_ms=quantile(gaps_ms, 0.50, strictly_above=True),
+        p95_gap_ms=quantile(gaps_ms, 0.95, strictly_above=True),
+        p95_device_ms=quantile(device_ms, 0.95, strictly_above=True),
         mean_cap_tokens=statistics.fmean(caps),
         share_at_floor=sum(cap <= params.min_cap_tokens for cap in caps) / len(caps),
-        prefill_tokens_per_s=prefill / clock.now_s,
+        prefill_tokens_per_s=prefill / clock.now,
         final_cap_tokens=state.cap_tokens,
         num_updates=state.num_updates,
         num_misjudged_updates=len(misjudged),

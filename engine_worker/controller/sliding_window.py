@@ -4,6 +4,9 @@ Pure Python, on the scheduler's hot path: each value costs a ``bisect.insort`` a
 the window is full, the removal of the oldest; a quantile is one index. It serves the
 cost model's speed factors and decode-step median, the deadline plan's margin, and the
 host's share under ``observation: device``.
+
+``quantile`` is the window's rank rule for any sorted values, so that a replay of the
+controller reports its figures by the rule the controller reads.
 """
 
 from __future__ import annotations
@@ -11,6 +14,20 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
+from collections.abc import Sequence
+
+
+def quantile(ordered: Sequence[float], q: float, *, strictly_above: bool = False) -> float:
+    """The ``q`` quantile (0 to 1) of sorted values by rank: always a value that was seen.
+
+    By nearest rank, the smallest value with at least a ``q`` share of the values at or
+    below it (the ``ceil(q * n)``-th smallest). With ``strictly_above``, the smallest value
+    with *more* than a ``q`` share at or below it (the ``floor(q * n) + 1``-th smallest);
+    the two differ only where ``q * n`` is whole. Needs a value.
+    """
+    n = len(ordered)
+    rank = math.floor(q * n) if strictly_above else math.ceil(q * n) - 1
+    return ordered[min(max(rank, 0), n - 1)]
 
 
 class SlidingWindow:
@@ -40,9 +57,8 @@ class SlidingWindow:
         return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
 
     def quantile(self, q: float) -> float:
-        """The ``q`` quantile by nearest rank; needs a value."""
-        n = len(self._sorted)
-        return self._sorted[min(max(math.ceil(q * n) - 1, 0), n - 1)]
+        """The ``q`` quantile by nearest rank (``quantile``); needs a value."""
+        return quantile(self._sorted, q)
 
     def clear(self) -> None:
         self._values.clear()

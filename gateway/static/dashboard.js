@@ -14,6 +14,7 @@
   const MINUTE_S = 60; // the "last minute" histograms
   const WINDOW_S = 10; // each quantile point and each rate covers this sliding window
   const MIN_BARS = 12;
+  const MAX_TENANT_ROWS = 8; // the tenants tile lists the busiest ones
 
   // ---- Prometheus text format ------------------------------------------------
 
@@ -117,6 +118,31 @@
     return dt > 0 ? (now[key] - then[key]) / dt : null;
   }
 
+  /** Per tenant: the slots it holds now, and the counters its window rates come from. */
+  function tenantTotals(metrics) {
+    const tenants = {};
+    const of = (s) => (tenants[s.labels.tenant] ||= { slots: 0, tokens: 0, ok: 0, shed: 0 });
+    for (const s of metrics.get("dlfp_tenant_slots_in_use") || []) of(s).slots += s.value;
+    for (const s of metrics.get("dlfp_tenant_completion_tokens_total") || []) of(s).tokens += s.value;
+    for (const s of metrics.get("dlfp_tenant_requests_total") || []) {
+      if (s.labels.outcome === "ok" || s.labels.outcome === "shed") of(s)[s.labels.outcome] += s.value;
+    }
+    return tenants;
+  }
+
+  /** One row per tenant, busiest first: slots now; tokens/s and requests ok, shed over the window. */
+  function tenantRows(now, then) {
+    const dt = now.t - then.t;
+    const rows = Object.entries(now.tenants).map(([name, n]) => {
+      // A tenant the base lacks has no window yet: count nothing rather than since start.
+      const base = then.tenants[name] || n;
+      const tokensPerS = dt > 0 ? (n.tokens - base.tokens) / dt : null;
+      return { name, slots: n.slots, tokensPerS, ok: n.ok - base.ok, shed: n.shed - base.shed };
+    });
+    return rows.sort((a, b) =>
+      b.slots - a.slots || b.ok + b.shed - (a.ok + a.shed) || a.name.localeCompare(b.name));
+  }
+
   function update(text) {
     const metrics = parseMetrics(text, "dlfp_");
     const t = performance.now() / 1000;
@@ -134,6 +160,7 @@
       ttft: histogram(metrics, "dlfp_ttft_seconds"),
       ok: outcomes.ok || 0,
       tokens: scalar(metrics, "dlfp_generation_tokens_total") || 0,
+      tenants: tenantTotals(metrics),
     };
     // A restarted gateway starts its counters again: differences across it mean nothing.
     if (snapshots.length && isReset(snap, snapshots[snapshots.length - 1])) snapshots.length = 0;
@@ -175,6 +202,7 @@
       ttftMinute: delta(snap.ttft, minuteBase.ttft),
       okPerS: perSecond(snap, windowBase, "ok"),
       tokensPerS: perSecond(snap, windowBase, "tokens"),
+      tenants: tenantRows(snap, windowBase),
     };
   }
 
@@ -385,6 +413,19 @@
       `${fmt(last.deadlineMisses)} late / ${fmt(last.deadlineSteps)} planned to a deadline · ` +
       `${fmt(last.zeroPrefillSteps)} with no prefill`;
     byId("tile-iteration").textContent = `${fmt(last.observation)} / ${fmt(last.target)}`;
+    drawTenants(view.tenants);
+  }
+
+  function drawTenants(rows) {
+    const shown = rows.slice(0, MAX_TENANT_ROWS);
+    const table = byId("tile-tenants");
+    table.tBodies[0].innerHTML = shown.map((r) =>
+      `<tr data-tenant="${esc(r.name)}"><td title="${esc(r.name)}">${esc(r.name)}</td><td>${fmt(r.slots)}</td>` +
+      `<td>${fmt(r.tokensPerS)}</td><td>${fmt(r.ok)} / ${fmt(r.shed)}</td></tr>`).join("");
+    table.dataset.rows = String(shown.length);
+    const more = rows.length - shown.length;
+    byId("tile-tenants-detail").textContent = !rows.length ? "no tenant series in /metrics"
+      : `slots now; tokens/s and requests over ${WINDOW_S} s` + (more > 0 ? ` · ${more} more tenants` : "");
   }
 
   function draw() {

@@ -1,10 +1,11 @@
-"""A toy plant for the controller tests: a step's time from its composition (fake clock).
+"""A SIMULATED step-time model (a toy plant): a step's time from its composition.
 
-It has the shape measured on the CPU engine: a decode-only step of 30 ms plus
-2 ms a decode, about 1.4 ms a prefill token, plus attention that grows with the
-context a chunk attends to (a 128-token chunk went from 219 ms at the start of
-a long prompt to 311 ms near its end). ``speed`` divides every time: 0.5 is a
-machine twice as slow.
+What drives the controller where no engine runs: the controller's tests, the in-process
+scheduler benchmark (``bench/harness/overhead.py``) and the studies. The defaults have the
+shape measured on the CPU engine: a decode-only step of 30 ms plus 2 ms a decode, about
+1.4 ms a prefill token, plus attention that grows with the context a chunk attends to (a
+128-token chunk went from 219 ms at the start of a long prompt to 311 ms near its end).
+``speed`` divides every time: 0.5 is a machine twice as slow.
 """
 
 from __future__ import annotations
