@@ -318,7 +318,13 @@ class Admission:
         num_slots = max(1, min(num_slots, self.limits.max_concurrent))
         self._check_admissible(prefill_tokens, priority, ttft_slo_s, num_slots, client, tenant)
         queue = self._queue
-        queued = bool(queue) or not self._fits(num_slots) or queue.at_cap(tenant, num_slots)
+        queue.seen(tenant, arrival)
+        queued = (
+            bool(queue)
+            or not self._fits(num_slots)
+            or queue.at_cap(tenant, num_slots)
+            or self._held_back(tenant, num_slots)
+        )
         if not queued:
             self._active += num_slots
             queue.hold(client, tenant, num_slots)
@@ -379,6 +385,11 @@ class Admission:
     def num_reserved_by(self, client: str) -> int:
         """The client's requests between ``reserve()`` and ``slot()``."""
         return self._reserved[client]
+
+    def _held_back(self, tenant: str, num_slots: int) -> bool:
+        max_concurrent = self.limits.max_concurrent
+        free = max_concurrent - self._active
+        return self._queue.held_back(tenant, num_slots, free, max_concurrent, self._clock())
 
     def _fits(self, num_slots: int) -> bool:
         return self._active == 0 or self._active + num_slots <= self.limits.max_concurrent
@@ -481,6 +492,10 @@ class Admission:
                 done, _ = await asyncio.wait({waiter.future}, timeout=timeout)
                 if done:
                     break
+                if self._active < self.limits.max_concurrent:
+                    self._wake()  # a slot held back for a tenant no longer active
+                    if waiter.future.done():
+                        break
                 if self._clock() >= deadline:
                     self._give_up(waiter)
                     raise AdmissionRejected(
@@ -511,6 +526,8 @@ class Admission:
         while self._queue and self._active < self.limits.max_concurrent:
             waiter = self._queue.next_waiter()
             if waiter is None or not self._fits(waiter.num_slots):
+                return
+            if self._held_back(waiter.tenant, waiter.num_slots):
                 return
             self._queue.remove(waiter)
             self._active += waiter.num_slots

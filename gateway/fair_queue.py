@@ -7,6 +7,12 @@ and a tenant at its ``max_concurrent`` waits. Within a tenant, the lower priorit
 goes first, then the client (API key or address) that streamed fewer requests when it
 queued, then the earlier arrival. A tenant alone uses the whole gateway.
 
+Slots that free together (streams admitted together end together) would leave a tenant
+that sends now and then waiting for the next such wave. So a tenant over its share of the
+slots among the active tenants (those with a request in the last ``ACTIVE_S``) leaves the
+last free slot (``HEADROOM_SLOTS``) to an active tenant under its share with nothing
+queued: that tenant's next request starts at once, for one slot idle while it is away.
+
 Each tenant's queue is kept in that order, with running sums of its slots and prompt
 tokens, so the next waiter and what is ahead of a request are found in time that grows
 with the number of tenants (and the log of the queue), not with the queue. Plain
@@ -26,6 +32,10 @@ from gateway.tenant_limits import TenantLimits
 
 NO_LIMITS = TenantLimits()
 
+ACTIVE_S = 10.0
+"""A tenant with a request this recent is active: the headroom is kept for it."""
+HEADROOM_SLOTS = 1
+"""Free slots an over-share tenant leaves to an active tenant under its share."""
 NEW_SEQ = 2**62
 """The place of a request not yet queued: after every waiter of its priority and standing."""
 Key = tuple[int, int, int]
@@ -102,6 +112,7 @@ class FairQueue:
         self._tenant_limits = tenant_limits
         self._tenants: dict[str, _TenantQueue] = {}
         self._num_waiters = 0
+        self._last_seen: dict[str, float] = {}
         self.tenant_slots: Counter[str] = Counter()
         """Slots each tenant holds: what orders the queue between tenants."""
         self.client_streams: Counter[str] = Counter()
@@ -141,6 +152,37 @@ class FairQueue:
     def release(self, client: str, tenant: str, num_slots: int) -> None:
         uncount(self.tenant_slots, tenant, num_slots)
         uncount(self.client_streams, client)
+
+    def seen(self, tenant: str, now_s: float) -> None:
+        """A request of ``tenant`` arrived: it is active until ``ACTIVE_S`` from now."""
+        self._last_seen[tenant] = now_s
+        for name in [n for n, s in self._last_seen.items() if now_s - s > ACTIVE_S]:
+            del self._last_seen[name]
+
+    def held_back(
+        self, tenant: str, num_slots: int, free_slots: int, capacity: int, now_s: float
+    ) -> bool:
+        """Whether ``tenant`` leaves the last free slots to an active tenant under its
+        share with nothing queued (see the module's docstring)."""
+        if free_slots - num_slots >= HEADROOM_SLOTS:
+            return False
+        recent = {name for name, s in self._last_seen.items() if now_s - s <= ACTIVE_S}
+        active = {*recent, *self.tenant_slots, *self._tenants}
+        if len(active) < 2:
+            return False
+        total = sum(self.limits(name).weight for name in active)
+
+        def fair(name: str) -> float:
+            return capacity * self.limits(name).weight / total
+
+        if self.tenant_slots[tenant] + num_slots <= fair(tenant):
+            return False
+        return any(
+            other != tenant
+            and other not in self._tenants
+            and self.tenant_slots[other] < fair(other)
+            for other in active
+        )
 
     def at_cap(self, tenant: str, num_slots: int) -> bool:
         """Whether ``tenant`` may not take ``num_slots`` more (its ``max_concurrent``)."""

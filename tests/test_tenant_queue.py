@@ -10,7 +10,9 @@ from collections import Counter
 import pytest
 
 from gateway.admission import Admission, AdmissionLimits, AdmissionRejected
+from gateway.fair_queue import ACTIVE_S
 from gateway.tenant_limits import TenantLimits
+from tests.fake_clock import FakeClock
 from tests.loop_turns import until
 
 
@@ -59,9 +61,10 @@ class Streams:
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
-def limits_of(table: dict[str, TenantLimits]) -> Admission:
+def limits_of(table: dict[str, TenantLimits], clock: FakeClock | None = None) -> Admission:
     return Admission(
         AdmissionLimits(max_concurrent=4, max_queue=64, slo_check=False),
+        clock=clock or FakeClock(),
         tenant_limits=table.get,
     )
 
@@ -88,7 +91,8 @@ async def test_weights_share_the_slots_three_to_one() -> None:
         streams.start("big")
         streams.start("small")
     await until(lambda: admission.num_active == 8)
-    assert admission.tenant_use("big")[0] == 4  # free slots go in arrival order
+    # the last free slot is left to big, under its share, rather than taken by small
+    assert admission.tenant_use("big")[0] == 5
     for _ in range(2):  # each slot freed goes to the tenant furthest below its share
         await streams.turn_over("small")
     held = Counter({t: admission.tenant_use(t)[0] for t in ("big", "small")})
@@ -112,6 +116,32 @@ async def test_a_tenant_alone_uses_every_slot_and_its_own_order_is_priority() ->
     streams.release_first_of("solo")
     await until(lambda: len(streams.granted) == 5)
     assert streams.granted[-1] == "urgent"
+    await streams.finish()
+
+
+async def test_an_over_share_tenant_leaves_the_last_slot_to_an_active_one() -> None:
+    clock = FakeClock(100.0)
+    admission = limits_of({}, clock)
+    streams = Streams(admission)
+    streams.start("b")  # b is active: it sent a request ...
+    await until(lambda: admission.num_active == 1)
+    streams.release_first_of("b")  # ... which has ended
+    await until(lambda: admission.num_active == 0)
+    for _ in range(6):
+        streams.start("a")
+    await until(lambda: admission.num_queued == 3)
+    assert admission.num_active == 3  # one slot is left for b
+    streams.start("b")
+    await until(lambda: streams.granted[-1:] == ["b"])  # at once, though a queues
+    assert admission.tenant_use("b") == (1, 0) and admission.num_active == 4
+    streams.release_first_of("b")
+    await until(lambda: admission.num_active == 3)
+    clock.advance(ACTIVE_S + 1)  # b has been away: a's next waiter takes the slot
+    for _ in range(200):  # at its next recheck, within SLO_RECHECK_S of real time
+        if admission.tenant_use("a")[0] == 4:
+            break
+        await asyncio.sleep(0.01)
+    assert admission.tenant_use("a")[0] == 4 and admission.num_active == 4
     await streams.finish()
 
 

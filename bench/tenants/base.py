@@ -100,7 +100,7 @@ class TenantRecord:
             return "cut"
         if self.status is not None and self.status >= 400:
             return "refused"
-        if self.status is None and self.code is None:
+        if self.code is None:  # queued (no status yet) or streaming (200)
             return "in_flight"
         return "error"
 
