@@ -133,8 +133,12 @@ class Bench:
             start = time.perf_counter_ns()
         return time.perf_counter_ns() - start
 
-    def _spawn_holder(self) -> None:
-        tenant, client = self._who()
+    def _spawn_holder(self, tenant: str | None = None) -> None:
+        """A request that holds a slot or waits for one (of ``tenant``, else the next)."""
+        who, client = self._who()
+        if tenant is not None:
+            client = client.replace(who, tenant, 1)
+        tenant = tenant or who
         task = asyncio.create_task(self._hold(tenant, client))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -183,9 +187,14 @@ class Bench:
     async def release_ns(self) -> int:
         """The oldest holder leaves ``slot()``; a slot is granted; the queue is refilled."""
         holder = self.holders.popleft()
+        before = {tenant: self.admission.tenant_use(tenant)[1] for tenant in self.tenants}
         holder.release.set_result(None)
         took = await holder.task
-        self._spawn_holder()
+        # NOTE: the request granted the slot is replaced by one of its own tenant: the
+        # tenants' queues stay as long as they were, and none drains (a tenant under its
+        # share with nothing queued would keep the last slot free, and arrivals admitted).
+        granted = [t for t in self.tenants if self.admission.tenant_use(t)[1] < before[t]]
+        self._spawn_holder(granted[0] if granted else None)
         while self.admission.num_queued < self.settings.num_queued:
             await asyncio.sleep(0)
         return took
