@@ -24,6 +24,7 @@ import httpx
 from bench.lib.client import server_root
 from bench.lib.endpoint import bearer
 from bench.lib.scrape import parse_exposition
+from bench.lib.stream import error_of
 from bench.lib.text import TextGenerator
 
 SCENARIO_NAMES = (
@@ -196,15 +197,6 @@ async def status_line(sock: socket.socket) -> str:
         parts = first.split(b" ", 2)
         return parts[1].decode(errors="replace") if len(parts) > 1 else "?"
     return "?"
-
-
-def error_of(content: bytes) -> dict[str, Any]:
-    """The OpenAI error object of a body, or {} for any other body."""
-    try:
-        error = json.loads(content).get("error")
-    except (ValueError, AttributeError):
-        return {}
-    return error if isinstance(error, dict) else {}
 
 
 def counts_by(values: Sequence[object]) -> dict[str, int]:

@@ -12,8 +12,9 @@ from typing import Any
 
 import httpx
 
-from bench.abuse.base import CHAT, JSON_HEADERS, Outcome, Target, counts_by, error_of
+from bench.abuse.base import CHAT, JSON_HEADERS, Outcome, Target, counts_by
 from bench.lib.stats import percentile
+from bench.lib.stream import error_of
 
 MAX_REFUSAL_S = 1.0
 

@@ -1,4 +1,5 @@
-"""Reading OpenAI streaming chunks, and the exact token accounting of a finished stream.
+"""Reading OpenAI streaming chunks and error bodies, and the exact token accounting of a
+finished stream.
 
 A *content chunk* is one that carries generated tokens. Where the endpoint says
 how many (vLLM's ``token_ids`` with ``return_token_ids``, or logprobs entries),
@@ -123,3 +124,12 @@ def accounting_error(record: RequestRecord, expected: int) -> str | None:
     if not counts:
         return "the stream delivered no content chunk"
     return None
+
+
+def error_of(content: bytes) -> dict[str, Any]:
+    """The OpenAI error object of a body, or {} for any other body."""
+    try:
+        error = json.loads(content).get("error")
+    except (ValueError, AttributeError):
+        return {}
+    return error if isinstance(error, dict) else {}

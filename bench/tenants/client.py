@@ -14,26 +14,16 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 
 from bench.lib.endpoint import bearer
-from bench.lib.stream import parse_data
+from bench.lib.stream import error_of, parse_data
 from bench.tenants.base import CHAT, Run, TenantRecord
 
 REFUSAL_PAUSE_S = 0.5
 """How long a flooding stream waits after a refusal before its next request."""
 FLOOD_PROMPT_WORDS = 60
-
-
-def error_of(content: bytes) -> dict[str, Any]:
-    """The OpenAI error object of a body, or {} for any other body."""
-    try:
-        error = json.loads(content).get("error")
-    except (ValueError, AttributeError):
-        return {}
-    return error if isinstance(error, dict) else {}
 
 
 def _seconds(value: str | None) -> float | None:
