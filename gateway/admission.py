@@ -318,7 +318,6 @@ class Admission:
         num_slots = max(1, min(num_slots, self.limits.max_concurrent))
         self._check_admissible(prefill_tokens, priority, ttft_slo_s, num_slots, client, tenant)
         queue = self._queue
-        queue.seen(tenant, arrival)
         queued = (
             bool(queue)
             or not self._fits(num_slots)
@@ -326,11 +325,13 @@ class Admission:
             or self._held_back(tenant, num_slots)
         )
         if not queued:
+            queue.seen(tenant, arrival)
             self._active += num_slots
             queue.hold(client, tenant, num_slots)
             self._held[client] += 1
         else:
             self._check_tenant_queue(tenant)
+            queue.seen(tenant, arrival)
             waiter = Waiter(
                 priority,
                 next(self._seq),

@@ -181,7 +181,8 @@ class FairQueue:
             other != tenant
             and other not in self._tenants
             and self.tenant_slots[other] < fair(other)
-            for other in active
+            and not self.at_cap(other, 1)
+            for other in recent
         )
 
     def at_cap(self, tenant: str, num_slots: int) -> bool:

@@ -47,7 +47,7 @@ from engine_worker.contract.api import (
     SamplingOptions,
 )
 from gateway.admission import AdmissionRejected, ClientDisconnected, Reservation, Ticket
-from gateway.auth import bearer_token, client_id
+from gateway.auth import bearer_token, client_id, key_matches
 from gateway.errors import APIError
 from gateway.measured_stream import MeasuredStream
 from gateway.openai_format import Formatter
@@ -136,7 +136,9 @@ class Lifecycle:
                     f"X-Priority must lie within [-{MAX_PRIORITY}, {MAX_PRIORITY}]",
                     param="X-Priority",
                 )
-        allowed = tenant.may_raise_priority or value >= min(0, tenant.limits.priority)
+        keys = self.gateway.settings.priority_key_set()
+        own_key = key_matches(bearer_token(self.request), keys)
+        allowed = own_key or value >= min(0, tenant.limits.priority)
         if not allowed:
             raise APIError(
                 403,
@@ -266,7 +268,7 @@ class Lifecycle:
             await stack.aclose()
             raise ClientDisconnected()
         ticket = acquire.result()
-        meter.admitted(ticket.queue_s, options.n)
+        meter.admitted(ticket.queue_s, min(options.n, gateway.admission.limits.max_concurrent))
         stack.callback(meter.tenant.released)
         return ticket
 

@@ -147,11 +147,9 @@ end
 local limits = {tonumber(ARGV[3]), tonumber(ARGV[4])}
 local needed = {1, tonumber(ARGV[5])}
 for index = 1, 2 do
-  if limits[index] >= 0 then
-    local total, seconds = used(KEYS[index])
-    if total + needed[index] > limits[index] then
-      return {index, retry(seconds, total + needed[index] - limits[index])}
-    end
+  local total, seconds = used(KEYS[index])  -- prunes the expired seconds either way
+  if limits[index] >= 0 and total + needed[index] > limits[index] then
+    return {index, retry(seconds, total + needed[index] - limits[index])}
   end
 end
 redis.call('HINCRBY', KEYS[1], now, 1)

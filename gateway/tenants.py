@@ -53,7 +53,8 @@ class Tenant(BaseModel):
     key_digests: frozenset[str]
     limits: TenantLimits
     may_raise_priority: bool = False
-    """Whether its requests may ask for priorities below 0 (``DLFP_PRIORITY_API_KEYS``)."""
+    """Whether one of its keys may ask for priorities below 0 (``DLFP_PRIORITY_API_KEYS``;
+    the right is the key's, not the tenant's)."""
 
 
 class _FileTenant(TenantLimits):
@@ -119,6 +120,7 @@ def tenant_salt(tenant: str, cache_salt: str | None) -> str:
 def tenants_from_keys(api_keys: Collection[str], priority_keys: Collection[str]) -> Tenants:
     """No tenants file: a tenant per key (``key-1``, ... in the order given), or one
     ``default`` tenant with no keys."""
+    api_keys = list(dict.fromkeys(api_keys))  # a key listed twice is one tenant
     if not api_keys:
         tenant = Tenant(name=DEFAULT_TENANT, key_digests=frozenset(), limits=TenantLimits())
         return Tenants([tenant], default=DEFAULT_TENANT)

@@ -108,3 +108,15 @@ async def test_priority_keys_still_raise_and_a_tenant_priority_is_its_default() 
         r = await client.post("/v1/chat/completions", json=CHAT, headers=key("sk-a"))
         assert r.status_code == 200  # its own default, below 0, is allowed
         assert app.state.gateway.tenants.get("key-1").limits.priority == -2
+
+
+async def test_a_priority_key_raises_its_own_requests_not_its_tenants(tmp_path: Path) -> None:
+    path = tmp_path / "tenants.toml"
+    path.write_text('[[tenant]]\nname = "team"\nkeys = ["sk-lead", "sk-member"]\n')
+    settings = {"tenants_file": path, "priority_api_keys": "sk-lead"}
+    async with fake_client(**settings) as (client, _, _):
+        urgent = {"X-Priority": "-1"}
+        r = await client.post("/v1/chat/completions", json=CHAT, headers=key("sk-lead") | urgent)
+        assert r.status_code == 200, r.text
+        r = await client.post("/v1/chat/completions", json=CHAT, headers=key("sk-member") | urgent)
+        assert r.status_code == 403
