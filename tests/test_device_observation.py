@@ -12,7 +12,7 @@ import pytest
 
 from bench.lib.plant import ContextPlant
 from engine_worker.contract.device_defaults import defaults_for
-from engine_worker.contract.dlfp_config import DLFPConfig, Observation
+from engine_worker.contract.dlfp_config import DLFPConfig, Observation, Plan
 from engine_worker.contract.step_ring import STEP_INDEX_ATTR, StepRing
 from engine_worker.controller.cap_controller import PrefillCapController
 from engine_worker.controller.cost_model import StepShape, chunk_attention
@@ -136,8 +136,11 @@ def test_timer_spans_execute_model_and_sample_tokens(ring: StepRing) -> None:
     worker = timed_worker(ring, clock, LazyClock(clock))
     assert step(worker, 0) == "output"
     assert ring.read(0) == pytest.approx(0.040)
-    # A step with nothing scheduled returns from execute_model alone.
+    # A step with nothing scheduled returns from execute_model alone, and is
+    # written once its end is known, never waited for.
     assert step(worker, 1, num_tokens=0) == "empty output"
+    assert ring.read(1) is None
+    step(worker, 2)
     assert ring.read(1) == pytest.approx(0.030)
 
 
@@ -149,18 +152,13 @@ def test_timer_skips_a_step_without_an_index(ring: StepRing) -> None:
     assert [ring.read(i) for i in range(2)] == [None, pytest.approx(0.040)]
 
 
-def test_async_output_is_read_once_complete_never_waited_for(ring: StepRing) -> None:
+def test_async_output_is_written_when_vllm_waited_for_its_copy(ring: StepRing) -> None:
     clock = FakeClock(100.0)
-    lazy = LazyClock(clock)
-    worker = timed_worker(ring, clock, lazy, is_async=True)
+    worker = timed_worker(ring, clock, LazyClock(clock), is_async=True)
     output = step(worker, 0)
     assert ring.read(0) is None
-    output.get_output()  # vLLM waited for the copy, but the end event is not done yet
-    assert ring.read(0) is None and output.num_gets == 1
-    lazy.is_complete = True
-    step(worker, 1)  # the next call writes it, and its own when the copy is waited for
-    assert ring.read(0) == pytest.approx(0.040)
-    assert ring.read(1) is None
+    output.get_output()  # the end event may still be pending: it is waited for
+    assert ring.read(0) == pytest.approx(0.040) and output.num_gets == 1
 
 
 def test_install_wraps_once_with_host_time_on_cpu(ring: StepRing) -> None:
@@ -220,7 +218,7 @@ def test_device_time_is_fed_back_when_given_and_completion_when_not() -> None:
 
 def test_other_observations_ignore_the_device_time() -> None:
     clock = FakeClock()
-    params = replace(PARAMS, observation="completion")
+    params = replace(PARAMS, observation=Observation.COMPLETION)
     controller = PrefillCapController(params, clock=clock, wall_clock=clock)
     mixed_step(controller, clock, 0.150, None)
     record = mixed_step(controller, clock, 0.150, 0.080)
@@ -249,7 +247,7 @@ DEADLINE = replace(
     PARAMS,
     target_ms="auto",
     feedforward=True,
-    plan="deadline",
+    plan=Plan.DEADLINE,
     min_cap_tokens=8,
     initial_cap_tokens=256,
     max_cap_tokens=1024,

@@ -10,14 +10,20 @@ step with nothing scheduled, a pooling model). A step's device time spans both::
 
 - **CPU:** ``time.perf_counter()`` around the calls, which run synchronously.
 - **CUDA:** a timing event recorded on the current stream before
-  ``execute_model`` and after ``sample_tokens``; no synchronisation is added.
-  The pair is read once its end event is complete (``Event.query()``): on the
-  synchronous path the output has already been synchronised when
-  ``sample_tokens`` returns, so it is read then; under async scheduling it is
-  read when vLLM's output copy has been waited for
-  (``AsyncModelRunnerOutput.get_output``), or at the worker's next call.
-  A pair still incomplete then is written later, and its step has no device
-  time when the scheduler reads it (``step_ring``: a missing slot).
+  ``execute_model`` and after ``sample_tokens``. The stream is never
+  synchronised, only a step's own end event once its output is, so every step
+  is written before its output reaches the scheduler: on the synchronous path
+  the output has already been synchronised when ``sample_tokens`` returns, so
+  the pair is read then; under async scheduling the timer waits for the end
+  events up to that step once vLLM has waited for its output copy
+  (``get_output``). Model Runner V2 runs post-processing kernels beside that
+  copy, before the end event, so the event may still be pending when the copy
+  is done; ``Event.synchronize()`` then waits only for those kernels
+  (microseconds).
+- **A step with nothing scheduled** (``total_num_scheduled_tokens == 0``)
+  never waits: its end event follows the step still in flight, and waiting
+  would break the async overlap. Its time is written once known (at once on
+  CPU), possibly after the scheduler read its slot (a missing slot).
 
 The step's index comes from the ``SchedulerOutput`` itself (``STEP_INDEX_ATTR``,
 set by the scheduler): the same object in-process, and a pickled copy, the
@@ -28,7 +34,8 @@ other ``execute_model`` between, so it belongs to the last one started.
 Only vLLM's output rank writes (the first tensor-parallel rank of the last
 pipeline stage, whose output the executor returns): under pipeline stages that
 stage's time, which includes its wait for the previous stage's activations;
-under tensor parallelism rank 0's, the ranks being in lockstep.
+under tensor parallelism rank 0's, the ranks being in lockstep. With data
+parallelism above 1 none writes (``refuses_data_parallel``).
 
 No vLLM import; torch is imported only for CUDA events.
 """
@@ -84,7 +91,7 @@ class CudaEventClock:
         return float(start.elapsed_time(end)) / 1000.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Timing:
     step_index: int
     start: Any
@@ -97,8 +104,8 @@ class DeviceStepTimer:
     def __init__(self, ring: StepRing, clock: StepClock) -> None:
         self._ring = ring
         self._clock = clock
-        self._open: tuple[int | None, Any] | None = None
-        """The step whose ``execute_model`` started, and its start mark."""
+        self._open: tuple[int | None, Any, bool] | None = None
+        """The step whose ``execute_model`` started, its start mark, and if it is empty."""
         self._pending: deque[_Timing] = deque()
         # NOTE: under async scheduling vLLM's multiprocessing worker calls get_output
         # in its output-copy thread, beside the thread running execute_model.
@@ -110,7 +117,8 @@ class DeviceStepTimer:
         def timed(scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
             self.flush()
             step_index = getattr(scheduler_output, STEP_INDEX_ATTR, None)
-            self._open = (step_index, self._clock.mark())
+            is_empty = getattr(scheduler_output, "total_num_scheduled_tokens", None) == 0
+            self._open = (step_index, self._clock.mark(), is_empty)
             output = execute_model(scheduler_output, *args, **kwargs)
             if output is not None:
                 self._close(output)
@@ -129,42 +137,64 @@ class DeviceStepTimer:
 
     def _close(self, output: Any) -> None:
         opened, self._open = self._open, None
-        if opened is None or opened[0] is None:
+        if opened is None:
             return
-        timing = _Timing(opened[0], opened[1], self._clock.mark())
+        step_index, start, is_empty = opened
+        if step_index is None:
+            return
+        timing = _Timing(step_index, start, self._clock.mark())
         with self._lock:
             self._pending.append(timing)
         get_output = getattr(output, "get_output", None)
         if callable(get_output):
             # Async output (CUDA): the step is read once vLLM has waited for its copy.
-            output.get_output = self._flush_after(get_output)
+            output.get_output = self._flush_after(get_output, timing)
+        elif is_empty:
+            self.flush()  # NOTE: never wait on the step in flight (see the module doc)
         else:
-            self.flush(wait=True)
+            self.flush(through=timing)
 
-    def _flush_after(self, get_output: Callable[[], Any]) -> Callable[[], Any]:
+    def _flush_after(self, get_output: Callable[[], Any], timing: _Timing) -> Callable[[], Any]:
         @functools.wraps(get_output)
         def flushed() -> Any:
             result = get_output()
-            self.flush()
+            self.flush(through=timing)
             return result
 
         return flushed
 
-    def flush(self, *, wait: bool = False) -> None:
+    def flush(self, *, through: _Timing | None = None) -> None:
         """Write the timings whose end is known, oldest first.
 
-        ``wait`` is for an output already synchronised: its end event is at most
-        the last one recorded on an idle stream.
+        ``through``: a step whose output is already synchronised; its end event,
+        and every earlier one, is waited for (at most the kernels recorded after
+        the output copy). Later steps are written only if already complete.
         """
         with self._lock:
+            num_to_wait = 0
+            for position, pending in enumerate(self._pending):
+                if pending is through:
+                    num_to_wait = position + 1
+                    break
             while self._pending:
                 timing = self._pending[0]
+                wait = num_to_wait > 0
                 elapsed_s = self._clock.elapsed_s(timing.start, timing.end, wait=wait)
                 if elapsed_s is None:
                     return
                 self._pending.popleft()
+                num_to_wait -= 1
                 self._ring.write(timing.step_index, elapsed_s)
                 self.num_written += 1
+
+
+def refuses_data_parallel(data_parallel_size: int) -> bool:
+    """Whether device timing is refused: with data parallelism above 1.
+
+    NOTE: every engine's output rank would write the one ring, and each engine's
+    scheduler numbers its steps from 0, so their slots would collide.
+    """
+    return data_parallel_size > 1
 
 
 def install(worker: Any, ring: StepRing, *, is_cuda: bool) -> DeviceStepTimer:

@@ -19,13 +19,17 @@ calls them, are in ``contract.engine_hooks``.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+logger = logging.getLogger("dlfp.worker")
 
 
 class DLFPWorkerExtension:
     """Mixed into vLLM's worker class (``parallel_config.worker_extension_cls``)."""
 
     model_runner: Any
+    vllm_config: Any
 
     def dlfp_allocate_intermediate_tensors(self) -> bool:
         """Make the receive buffer of a later stage; True if one was made."""
@@ -37,14 +41,24 @@ class DLFPWorkerExtension:
         """Time this worker's steps into the ring; True if this worker writes them.
 
         Only vLLM's output rank writes (``device_timer``): the first tensor-parallel
-        rank of the last pipeline stage.
+        rank of the last pipeline stage. None writes with data parallelism above 1.
         """
         from vllm.distributed.parallel_state import get_pp_group, get_tp_group
 
         from engine_worker.contract.step_ring import StepRing
-        from engine_worker.worker.device_timer import install
+        from engine_worker.worker.device_timer import install, refuses_data_parallel
 
         if not get_pp_group().is_last_rank or get_tp_group().rank_in_group != 0:
+            return False
+        parallel = self.vllm_config.parallel_config
+        if refuses_data_parallel(parallel.data_parallel_size):
+            if parallel.data_parallel_rank == 0:  # one line, not one per engine
+                logger.warning(
+                    "device step timing refused with data_parallel_size %d > 1 (the "
+                    "engines' step indices would collide in one ring): observation "
+                    "device falls back to completion",
+                    parallel.data_parallel_size,
+                )
             return False
         ring = StepRing.attach(ring_name, num_slots)
         device = getattr(self.model_runner, "device", None)
