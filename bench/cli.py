@@ -16,6 +16,12 @@ from collections.abc import Callable
 EXTRA_MODULES = ("matplotlib",)
 """What only the harness needs: the ``bench`` extra."""
 INSTALL_EXTRA = "pip install 'dlfp-gateway[bench]'"
+WITHOUT_EXTRA = ("gpu-check",)
+"""Commands that run without the extra (they skip their plots): the GPU image installs
+only the ``gpu`` extra and runs ``bench gpu-check``, which runs ``bench episodes
+--no-plots`` there (``PLOTLESS``)."""
+PLOTLESS = ("episodes",)
+"""Commands that need no extra when given ``--no-plots``."""
 
 
 def register(
@@ -36,9 +42,16 @@ def missing_extra() -> list[str]:
     return [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
 
 
+def needs_no_extra(argv: list[str]) -> bool:
+    """Whether ``bench ARGV`` runs without matplotlib."""
+    command = argv[0] if argv else ""
+    return command in WITHOUT_EXTRA or (command in PLOTLESS and "--no-plots" in argv)
+
+
 def main(argv: list[str]) -> int:
-    """``dlfp-gateway bench ARGV``; status 2 and one line when the extra is missing."""
-    missing = missing_extra()
+    """``dlfp-gateway bench ARGV``; status 2 and one line when the extra is missing and the
+    command needs it."""
+    missing = [] if needs_no_extra(argv) else missing_extra()
     if missing:
         print(
             f"dlfp-gateway bench needs the bench extra ({', '.join(missing)} is missing): "

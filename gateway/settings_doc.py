@@ -56,7 +56,7 @@ Declared once, in `CapParams` (`engine_worker/controller/params.py`), and valida
 column, make the `settings` object of `/admin/dlfp`, so each can also change while the
 gateway runs ([operations](operations.md#runtime-tuning-admindlfp)). A field left unset
 takes its device's default: the CPU column suits the embedded SmolLM2-135M on two cores,
-the CUDA column holds the paper's cap settings ([the scheduler](scheduler.md) explains
+the CUDA column holds the paper's cap bounds and step ([the scheduler](scheduler.md) explains
 the controller). The fields are validated together: `min_cap_tokens <= initial_cap_tokens
 <= max_cap_tokens`, `fixed_cap_tokens` within the cap's bounds, all four caps multiples of
 `step_tokens`, every value finite."""

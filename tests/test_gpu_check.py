@@ -6,9 +6,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
-from bench.harness.gpu_check import SHAPES, Report, make_model_dir
+import pytest
+
+from bench.harness.gpu_check import (
+    SHAPES,
+    Report,
+    make_model_dir,
+    merged_engine_args,
+    num_parameters,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,9 +60,61 @@ def test_the_8b_shape_is_llama_8b_with_the_embedded_tokenizer(tmp_path: Path) ->
     assert (config["hidden_size"], config["num_hidden_layers"]) == (4096, 32)
     assert (config["num_attention_heads"], config["num_key_value_heads"]) == (32, 8)
     assert (config["intermediate_size"], config["max_position_embeddings"]) == (14336, 8192)
-    assert config["vocab_size"] == 102
+    assert config["vocab_size"] == 128256  # Llama-3's, not the tokenizer's
+    assert num_parameters(config) == pytest.approx(8.03e9, rel=0.01)
     assert (model / "tokenizer.json").exists() and not list(model.glob("*.safetensors"))
     assert SHAPES["1b"]["hidden_size"] < SHAPES["8b"]["hidden_size"]
+
+
+def test_the_special_tokens_count_once_in_a_shape_without_a_vocabulary(tmp_path: Path) -> None:
+    # SmolLM2's special tokens are in the vocabulary and in added_tokens_decoder.
+    tokenizer = tmp_path / "tokenizer"
+    tokenizer.mkdir()
+    vocab = {f"t{i}": i for i in range(100)}
+    (tokenizer / "tokenizer.json").write_text(json.dumps({"model": {"vocab": vocab}}))
+    added = {"0": {"content": "<|endoftext|>"}, "1": {"content": "<|im_start|>"}}
+    (tokenizer / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": added}))
+    config = json.loads(
+        (make_model_dir("1b", tokenizer, tmp_path / "m") / "config.json").read_text()
+    )
+    assert config["vocab_size"] == 100
+
+
+def test_the_check_keeps_the_operators_engine_args_and_sets_its_own() -> None:
+    operator = json.dumps({"load_format": "safetensors", "tensor_parallel_size": 2})
+    merged = json.loads(merged_engine_args(operator))
+    assert merged == {"load_format": "dummy", "tensor_parallel_size": 2}
+    assert json.loads(merged_engine_args(None)) == {"load_format": "dummy"}
+    assert json.loads(merged_engine_args("  ")) == {"load_format": "dummy"}
+    with pytest.raises(ValueError, match="JSON object"):
+        merged_engine_args("[1, 2]")
+
+
+def test_gpu_check_runs_without_matplotlib() -> None:
+    # None in sys.modules: what the GPU image (the gpu extra only) finds.
+    code = (
+        "import sys\nsys.modules['matplotlib'] = None\n"
+        "from gateway.cli import main\n"
+        "try:\n    main(['bench', 'gpu-check', '--help'])\n"
+        "except SystemExit as exc:\n    assert exc.code == 0, exc.code\n"
+        "from bench.harness import gpu_check\n"
+        "assert not gpu_check.can_plot()\n"
+        "assert 'matplotlib' not in {k for k, v in sys.modules.items() if v is not None}\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "gpu-check" in result.stdout and "needs the bench extra" not in result.stderr
+
+
+def test_the_episodes_it_runs_need_no_extra_without_plots() -> None:
+    from bench.cli import needs_no_extra
+
+    assert needs_no_extra(["gpu-check", "--device", "cuda"])
+    assert needs_no_extra(["episodes", "--base-url", "x", "--no-plots"])
+    assert not needs_no_extra(["episodes", "--base-url", "x"])
+    assert not needs_no_extra(["summary", "--no-plots"])
 
 
 def test_a_reported_check_does_not_fail_the_run_and_a_failed_one_does() -> None:

@@ -41,6 +41,25 @@ def test_the_images_install_no_bench_extra() -> None:
             assert not any(dep in line for dep in BENCH_ONLY), f"{name}: {line}"
 
 
+def test_the_bench_commands_run_in_the_images_need_no_bench_extra() -> None:
+    # deploy/README.md runs `bench gpu-check` in the GPU image, which installs its extras only.
+    from bench.cli import WITHOUT_EXTRA
+
+    declared = set(PROJECT["optional-dependencies"])
+    text = (ROOT / "deploy" / "Dockerfile.gpu").read_text()
+    installed = {
+        e
+        for line in re.findall(r'pip install[^\n&]*"/src\[([^\]]*)\]"', text)
+        for e in line.split(",")
+    }
+    assert installed and installed <= declared, installed
+    assert "bench" not in installed
+    run_in_image = set(
+        re.findall(r"gateway-gpu bench ([a-z-]+)", (ROOT / "deploy" / "README.md").read_text())
+    )
+    assert run_in_image and run_in_image <= set(WITHOUT_EXTRA), run_in_image
+
+
 def test_the_gateway_finds_bench_through_its_entry_point() -> None:
     declared = PROJECT["entry-points"]["dlfp_gateway.commands"]
     assert declared == {"bench": "bench.cli:register"}

@@ -1,7 +1,8 @@
 """``dlfp-gateway bench gpu-check``: the GPU path end to end, in minutes, with no download.
 
-It starts a gateway on an 8B-shaped Llama model (4,096 hidden, 32 layers, 32 query and 8
-KV heads, 14,336 MLP, 8,192 positions; at least 24 GB of GPU memory) made here: the
+It starts a gateway on an 8B-shaped Llama model (Llama-3-8B's shape: 4,096 hidden, 32
+layers, 32 query and 8 KV heads, 14,336 MLP, a 128,256-token vocabulary, 8,192 positions;
+8.03B parameters, at least 24 GB of GPU memory) made here: the
 embedded model's tokenizer and vLLM's ``load_format=dummy``, so the weights are random,
 the timings are real and the text is meaningless. ``--shape 1b`` is a smaller Llama for
 smaller GPUs; ``--model DIR`` a real local model. Then it checks, and prints as a table:
@@ -22,7 +23,8 @@ smaller GPUs; ``--model DIR`` a real local model. Then it checks, and prints as 
 On the CPU (``--device cpu``) the last two are reported, not asserted: a CPU engine is the
 host, and the tiny models the tests use prefill too fast for a cap to matter. It writes
 ``gpu-check.json``, ``steps.json.gz`` and ``device-vs-completion.png`` to ``--out``, and
-exits 1 when a check fails.
+exits 1 when a check fails. Without matplotlib (the ``bench`` extra, which the GPU image
+leaves out) it skips the plots and says so.
 
     dlfp-gateway bench gpu-check --out bench/results/gpu-check
 """
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gzip
+import importlib.util
 import itertools
 import json
 import os
@@ -58,6 +61,9 @@ SHAPES: dict[str, dict[str, int]] = {
         "num_key_value_heads": 8,
         "intermediate_size": 14336,
         "max_position_embeddings": 8192,
+        # NOTE: Llama-3's vocabulary, not the tokenizer's: the embedding and the LM head
+        # hold about 1B of the 8B; the tokenizer's ids are all below it.
+        "vocab_size": 128256,
     },
     "1b": {
         "hidden_size": 2048,
@@ -68,7 +74,10 @@ SHAPES: dict[str, dict[str, int]] = {
         "max_position_embeddings": 8192,
     },
 }
-"""Llama shapes (``LlamaForCausalLM``) with random weights (``load_format=dummy``)."""
+"""Llama shapes (``LlamaForCausalLM``) with random weights (``load_format=dummy``); without
+a ``vocab_size``, the tokenizer's."""
+REQUIRED_ENGINE_ARGS = {"load_format": "dummy"}
+"""What the random-weight model needs of vLLM; the operator's other engine arguments stay."""
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 BOTTLENECK_BUSY = 0.9
 """Share of a decode-only phase the device must be busy for to call it the bottleneck."""
@@ -117,13 +126,11 @@ def make_model_dir(shape: str, tokenizer_dir: Path, out: Path) -> Path:
     for name in TOKENIZER_FILES:
         if (tokenizer_dir / name).exists():
             shutil.copy(tokenizer_dir / name, out / name)
-    tokenizer = json.loads((tokenizer_dir / "tokenizer_config.json").read_text("utf-8"))
-    vocab = json.loads((tokenizer_dir / "tokenizer.json").read_text("utf-8"))["model"]["vocab"]
     dims = SHAPES[shape]
     config = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
-        "vocab_size": len(vocab) + len(tokenizer.get("added_tokens_decoder", {})),
+        "vocab_size": tokenizer_vocab_size(tokenizer_dir),
         "rms_norm_eps": 1e-5,
         "rope_theta": 500000.0,
         "hidden_act": "silu",
@@ -135,6 +142,36 @@ def make_model_dir(shape: str, tokenizer_dir: Path, out: Path) -> Path:
     }
     (out / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
     return out
+
+
+def tokenizer_vocab_size(tokenizer_dir: Path) -> int:
+    """One past the tokenizer's highest id. NOTE: the special tokens are usually in the
+    vocabulary too (SmolLM2's are), so adding their count would count them twice."""
+    tokenizer = json.loads((tokenizer_dir / "tokenizer_config.json").read_text("utf-8"))
+    vocab = json.loads((tokenizer_dir / "tokenizer.json").read_text("utf-8"))["model"]["vocab"]
+    ids = [*vocab.values(), *(int(i) for i in tokenizer.get("added_tokens_decoder", {}))]
+    return int(max(ids)) + 1
+
+
+def num_parameters(config: dict[str, Any]) -> int:
+    """A Llama ``config.json``'s parameter count (untied embeddings, no biases)."""
+    hidden, vocab = config["hidden_size"], config["vocab_size"]
+    head_dim = hidden // config["num_attention_heads"]
+    kv = config["num_key_value_heads"] * head_dim
+    attention = 2 * hidden * hidden + 2 * hidden * kv
+    mlp = 3 * hidden * config["intermediate_size"]
+    layer = attention + mlp + 2 * hidden  # and its two RMSNorms
+    heads = 2 if not config.get("tie_word_embeddings") else 1
+    return int(config["num_hidden_layers"] * layer + heads * vocab * hidden + hidden)
+
+
+def merged_engine_args(operator: str | None) -> str:
+    """The operator's ``DLFP_ENGINE_ARGS`` (a JSON object) with the check's required keys
+    over it: the check cannot run on random weights without them, and keeps the rest."""
+    args: dict[str, Any] = json.loads(operator) if operator and operator.strip() else {}
+    if not isinstance(args, dict):
+        raise ValueError(f"DLFP_ENGINE_ARGS must be a JSON object, not {operator!r}")
+    return json.dumps({**args, **REQUIRED_ENGINE_ARGS})
 
 
 def _free_port() -> int:
@@ -165,7 +202,7 @@ class Gateway:
             "PYTHONUNBUFFERED": "1",
         }
         if dummy:
-            env["DLFP_ENGINE_ARGS"] = json.dumps({"load_format": "dummy"})
+            env["DLFP_ENGINE_ARGS"] = merged_engine_args(env.get("DLFP_ENGINE_ARGS"))
         if device == "cuda":
             env.setdefault("DLFP_DTYPE", "bfloat16")
             env.setdefault("DLFP_MAX_MODEL_LEN", "8192")
@@ -378,6 +415,8 @@ def run_episodes(gateway: Gateway, report: Report, args: argparse.Namespace, out
         "--results",
         str(folder),
     ]
+    if not can_plot():
+        command.append("--no-plots")
     subprocess.run(command, check=False)
     summaries = sorted(folder.rglob("summary.json"))
     if not summaries:
@@ -396,6 +435,14 @@ def run_episodes(gateway: Gateway, report: Report, args: argparse.Namespace, out
     )
     passed = gap["dlfp-ct"] <= slo < gap["off"]
     report.add("episodes", passed if report.device == "cuda" else None, detail)
+
+
+def can_plot() -> bool:
+    """Whether matplotlib (the ``bench`` extra) is installed."""
+    try:
+        return importlib.util.find_spec("matplotlib") is not None
+    except ValueError:  # None in sys.modules: blocked, as in the tests
+        return False
 
 
 def plot_steps(steps: list[dict[str, Any]], path: Path) -> None:
@@ -478,8 +525,10 @@ def handler(args: argparse.Namespace) -> int:
     report.figures["seconds"] = round(time.monotonic() - started, 1)
     with gzip.open(out / "steps.json.gz", "wt", encoding="utf-8") as f:
         json.dump(steps, f)
-    if steps:
+    if steps and can_plot():
         plot_steps(steps, out / "device-vs-completion.png")
+    elif steps:
+        print("[gpu-check] plots skipped: matplotlib is not installed", file=sys.stderr)
     record = {
         "command": " ".join(sys.argv),
         "date_unix_s": time.time(),

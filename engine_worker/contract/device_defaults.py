@@ -24,10 +24,12 @@ _CPU = DeviceDefaults(max_num_batched_tokens=2048, dlfp=DLFPConfig())
 """For the embedded SmolLM2-135M on two cores: ``DLFPConfig``'s own defaults."""
 _CUDA = DeviceDefaults(
     max_num_batched_tokens=8192,
-    # The paper's cap settings (arXiv 2609.38386, section "Evaluation"); its 80 ms
-    # target is --target-ms 80. The objectives are the GPU protocol's.
+    # The paper's cap settings (arXiv 2609.38386, section "Evaluation"), but for the
+    # initial cap; its 80 ms target is --target-ms 80. The objectives are the GPU protocol's.
     dlfp=DLFPConfig(
-        initial_cap_tokens=3072,
+        # NOTE: not the paper's 3,072: for an 8B model on an H100 that gives mixed steps of
+        # about 85-95 ms, above the 60 ms auto target, until the start-up fit corrects it.
+        initial_cap_tokens=2048,
         min_cap_tokens=1024,
         max_cap_tokens=6144,
         step_tokens=128,
