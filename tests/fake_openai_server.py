@@ -16,8 +16,9 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import uvicorn
@@ -160,9 +161,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def fake_server() -> Iterator[FakeOpenAIServer]:
-    fake = FakeOpenAIServer()
+ServedFake = TypeVar("ServedFake", bound=FakeOpenAIServer)
+
+
+@contextmanager
+def serving(fake: ServedFake) -> Iterator[ServedFake]:
+    """``fake`` under uvicorn in a thread on a free loopback port, its ``base_url`` set."""
     port = _free_port()
     config = uvicorn.Config(
         fake.app(), host="127.0.0.1", port=port, log_level="warning", lifespan="off"
@@ -175,6 +179,14 @@ def fake_server() -> Iterator[FakeOpenAIServer]:
         time.sleep(0.01)
     assert server.started, "the fake server did not start"
     fake.base_url = f"http://127.0.0.1:{port}"
-    yield fake
-    server.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield fake
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def fake_server() -> Iterator[FakeOpenAIServer]:
+    with serving(FakeOpenAIServer()) as fake:
+        yield fake

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field, replace
@@ -19,7 +18,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -34,8 +32,7 @@ from bench.tenants.report import format_outcome, tenant_reports, weight_ratios
 from bench.tenants.scenarios import SCENARIOS
 from bench.tenants.token_rate import judge_token_rate
 from bench.tenants.trickle import judge_trickle
-from tests.conftest import free_port
-from tests.fake_openai_server import ADMIN_TOKEN, MODEL, FakeOpenAIServer
+from tests.fake_openai_server import ADMIN_TOKEN, MODEL, FakeOpenAIServer, serving
 
 BUCKETS = (0.01, 0.1, 1.0, float("inf"))
 KEYS = {"sk-a": "a", "sk-b": "b"}
@@ -247,22 +244,8 @@ class FakeTenantGateway(FakeOpenAIServer):
 
 @pytest.fixture
 def fake_gateway() -> Iterator[FakeTenantGateway]:
-    fake = FakeTenantGateway(delay_s=0.01)
-    port = free_port()
-    config = uvicorn.Config(
-        fake.app(), host="127.0.0.1", port=port, log_level="warning", lifespan="off"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert server.started, "the fake gateway did not start"
-    fake.base_url = f"http://127.0.0.1:{port}"
-    yield fake
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving(FakeTenantGateway(delay_s=0.01)) as fake:
+        yield fake
 
 
 def _options(fake: FakeTenantGateway, **fields: Any) -> TenantsOptions:
