@@ -42,7 +42,7 @@ def build_engine(
         max_model_len=settings.max_model_len,
         max_num_batched_tokens=settings.max_num_batched_tokens
         or defaults_for(device).max_num_batched_tokens,
-        max_num_seqs=settings.max_num_seqs,
+        max_num_seqs=settings.max_num_seqs or defaults_for(device).max_num_seqs,
         dtype=settings.dtype,
         dlfp=dlfp,
         kv_cache_gib=settings.kv_cache_gib,

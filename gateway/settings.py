@@ -143,8 +143,8 @@ class Settings(BaseSettings, _DLFPOverrides, _AdmissionFields):
     """Context length: prompt plus generated tokens."""
     max_num_batched_tokens: int | None = Field(default=None, ge=16)
     """vLLM's token budget per scheduler step; default 2048 on CPU, 8192 on CUDA."""
-    max_num_seqs: int = Field(default=64, ge=1)
-    """Most requests the engine runs at once."""
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    """Most requests the engine runs at once; default 64 on CPU, 256 on CUDA."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the engine runs; auto = CUDA if `nvidia-smi -L` lists a GPU, otherwise CPU."""
     dtype: str = "auto"

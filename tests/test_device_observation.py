@@ -12,12 +12,14 @@ import pytest
 
 from bench.lib.plant import ContextPlant
 from engine_worker.contract.device_defaults import defaults_for
-from engine_worker.contract.dlfp_config import DLFPConfig, Observation, Plan
+from engine_worker.contract.dlfp_config import Device, DLFPConfig, Observation, Plan
 from engine_worker.contract.step_ring import STEP_INDEX_ATTR, StepRing
 from engine_worker.controller.cap_controller import PrefillCapController
 from engine_worker.controller.cost_model import StepShape, chunk_attention
 from engine_worker.controller.host_share import HostShareWindow
 from engine_worker.worker.device_timer import DeviceStepTimer, install
+from gateway.engine import build_engine
+from gateway.settings import Settings
 from tests.cap_params import cap_params
 from tests.fake_clock import FakeClock
 
@@ -161,6 +163,19 @@ def test_async_output_is_written_when_vllm_waited_for_its_copy(ring: StepRing) -
     assert ring.read(0) == pytest.approx(0.040) and output.num_gets == 1
 
 
+def test_install_marks_the_forward_launch_where_the_runner_has_one(ring: StepRing) -> None:
+    class StepTiming:
+        def forward_start(self) -> None:
+            pass
+
+    worker = FakeWorker(FakeClock(100.0))
+    worker.model_runner = type("Runner", (), {"step_timing": StepTiming()})()  # type: ignore[attr-defined]
+    forward_start = worker.model_runner.step_timing.forward_start  # type: ignore[attr-defined]
+    install(worker, ring, is_cuda=False)
+    assert worker.model_runner.step_timing.forward_start is not forward_start  # type: ignore[attr-defined]
+    assert worker.model_runner.step_timing.forward_start.__wrapped__ == forward_start  # type: ignore[attr-defined]
+
+
 def test_install_wraps_once_with_host_time_on_cpu(ring: StepRing) -> None:
     worker = FakeWorker(FakeClock(100.0))
     timer = install(worker, ring, is_cuda=False)
@@ -187,6 +202,17 @@ def test_device_is_a_setting() -> None:
     assert DLFPConfig(observation="device").observation == Observation.DEVICE  # type: ignore[arg-type]
     assert DLFPConfig().observation == Observation.COMPLETION  # CPU default
     assert defaults_for("cuda").dlfp.observation == Observation.DEVICE
+
+
+@pytest.mark.parametrize(
+    ("device", "setting", "expected"), [("cpu", None, 64), ("cuda", None, 256), ("cuda", 32, 32)]
+)
+def test_engine_runs_the_devices_number_of_sequences_unless_set(
+    device: Device, setting: int | None, expected: int
+) -> None:
+    settings = Settings(max_num_seqs=setting, device=device)
+    engine = build_engine(settings, device, defaults_for(device).dlfp)
+    assert engine.spec.max_num_seqs == expected  # type: ignore[attr-defined]
 
 
 def mixed_step(

@@ -23,6 +23,11 @@ class FakeStream:
     def __init__(self, clock: FakeClock) -> None:
         self.clock = clock
         self.events: list[FakeEvent] = []
+        self.busy_until_s = 0.0
+        """When the work enqueued so far ends (0: the device is idle)."""
+
+    def enqueue(self, kernel_s: float) -> None:
+        self.busy_until_s = max(self.busy_until_s, self.clock()) + kernel_s
 
     def complete_through(self, event: FakeEvent) -> None:
         for recorded in self.events[: self.events.index(event) + 1]:
@@ -34,7 +39,7 @@ class FakeEvent:
 
     def __init__(self, stream: FakeStream) -> None:
         self.stream = stream
-        self.time_s = stream.clock()
+        self.time_s = max(stream.clock(), stream.busy_until_s)  # reached after the work before it
         self.is_complete = False
         self.num_syncs = 0
         stream.events.append(self)
@@ -127,7 +132,7 @@ def test_handing_back_a_step_never_waits_on_the_step_in_flight(ring: StepRing) -
     first = launch(worker, 0)
     launch(worker, 1)
     first.get_output()
-    start_1, end_1 = stream.events[2:4]
+    start_1, end_1 = stream.events[4], stream.events[-1]  # four marks a step
     assert (start_1.num_syncs, end_1.num_syncs, end_1.is_complete) == (0, 0, False)
 
 
@@ -163,3 +168,50 @@ def test_device_timing_is_refused_with_data_parallelism(
     data_parallel_size: int, is_refused: bool
 ) -> None:
     assert refuses_data_parallel(data_parallel_size) is is_refused
+
+
+class FakeStepTiming:
+    """Model Runner V2's ``step_timing``: ``forward_start`` is called at the forward's launch."""
+
+    def forward_start(self) -> None:
+        pass
+
+
+class FakeModelRunnerV2Worker:
+    """A step as Model Runner V2 runs it on a FAKE stream: the host prepares the inputs
+    while the device idles, launches the forward, and the engine core computes a
+    structured-output bitmask between the two calls."""
+
+    PREPARE_S, FORWARD_S, BITMASK_S, SAMPLE_S = 0.020, 0.015, 0.050, 0.005
+
+    def __init__(self, clock: FakeClock, stream: FakeStream) -> None:
+        self.clock, self.stream = clock, stream
+        self.model_runner = type("Runner", (), {"step_timing": FakeStepTiming()})()
+
+    def execute_model(self, scheduler_output: FakeSchedulerOutput) -> Any:
+        self.clock.advance(self.PREPARE_S)
+        self.model_runner.step_timing.forward_start()
+        self.stream.enqueue(self.FORWARD_S)
+        return None
+
+    def sample_tokens(self, grammar_output: object) -> Any:
+        self.stream.enqueue(self.SAMPLE_S)
+        return "output"
+
+
+def test_device_time_holds_the_devices_work_and_not_the_hosts_gaps(ring: StepRing) -> None:
+    clock = FakeClock(100.0)
+    stream = FakeStream(clock)
+    worker = FakeModelRunnerV2Worker(clock, stream)
+    timer = DeviceStepTimer(ring, FakeEventClock(stream))
+    worker.execute_model = timer.wrap_execute_model(worker.execute_model)  # type: ignore[method-assign]
+    worker.sample_tokens = timer.wrap_sample_tokens(worker.sample_tokens)  # type: ignore[method-assign]
+    step_timing = worker.model_runner.step_timing
+    step_timing.forward_start = timer.wrap_forward_start(step_timing.forward_start)  # type: ignore[method-assign]
+    for index in range(3):
+        assert worker.execute_model(FakeSchedulerOutput(index, 64)) is None
+        clock.advance(worker.BITMASK_S)  # the device has finished the forward meanwhile
+        assert worker.sample_tokens(None) == "output"
+        clock.advance(0.100)  # idle until the next request
+        work_s = worker.FORWARD_S + worker.SAMPLE_S
+        assert ring.read(index) == pytest.approx(work_s)

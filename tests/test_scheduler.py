@@ -245,3 +245,20 @@ def test_a_cap_beyond_the_budget_less_the_decodes_is_warned_of(
     assert warnings == []
     build(DLFPScheduler, DLFPConfig(max_cap_tokens=504))
     assert len(warnings) == 1 and "less 16 decode slots" in warnings[0]
+
+
+def test_token_lag_follows_model_runner_v2s_decode_stagger(
+    build: Callable[..., Scheduler],
+) -> None:
+    """Model Runner V2 (CUDA's default) under 2 pipeline stages schedules each decode every
+    second step; the V1 runner under async scheduling schedules it every step."""
+    scheduler = dlfp(build(DLFPAsyncScheduler, FIXED_64))
+    assert isinstance(scheduler, AsyncScheduler)
+    # vLLM's own names for the runner and the stagger (pipeline_parallel_size here: 1).
+    assert scheduler.decode_stagger == scheduler.parallel_config.pipeline_parallel_size == 1
+    assert scheduler._steps_between_tokens() == 1
+    scheduler.use_v2_model_runner = True
+    scheduler.decode_stagger = 2
+    assert scheduler._steps_between_tokens() == 2
+    scheduler.use_v2_model_runner = False
+    assert scheduler._steps_between_tokens() == 1

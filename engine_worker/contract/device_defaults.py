@@ -16,14 +16,19 @@ from engine_worker.contract.dlfp_config import Device, DLFPConfig, Observation
 class DeviceDefaults:
     max_num_batched_tokens: int
     """vLLM's token budget per scheduler step."""
+    max_num_seqs: int
+    """Most requests the engine runs at once."""
     dlfp: DLFPConfig
     """The controller's settings."""
 
 
-_CPU = DeviceDefaults(max_num_batched_tokens=2048, dlfp=DLFPConfig())
+_CPU = DeviceDefaults(max_num_batched_tokens=2048, max_num_seqs=64, dlfp=DLFPConfig())
 """For the embedded SmolLM2-135M on two cores: ``DLFPConfig``'s own defaults."""
 _CUDA = DeviceDefaults(
     max_num_batched_tokens=8192,
+    # NOTE: vLLM captures CUDA graphs up to twice max_num_seqs (its own default is 1024);
+    # 64 would leave decode batches above 128 to eager mode.
+    max_num_seqs=256,
     # The paper's cap settings (arXiv 2609.38386, section "Evaluation"), but for the
     # initial cap; its 80 ms target is --target-ms 80. The objectives are the GPU protocol's.
     dlfp=DLFPConfig(

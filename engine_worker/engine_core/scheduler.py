@@ -216,10 +216,15 @@ class DLFPSchedulerMixin(  # type: ignore[misc, unused-ignore]
 
         NOTE: on a batch queue of D, vLLM's synchronous ``Scheduler`` cannot
         schedule a request whose step is still in flight (no output
-        placeholders), so each decode sits in every D-th step; the async one
-        schedules it in every step.
+        placeholders), so each decode sits in every D-th step (the CPU's
+        pipeline engine). The async one schedules it in every step, except under
+        Model Runner V2 (CUDA's default), which staggers decodes over the
+        pipeline stages: a batch queue of ``pp_size + 1`` and each decode
+        eligible again ``decode_stagger`` (``pp_size``) steps after its last.
         """
         if isinstance(self, AsyncScheduler):
+            if getattr(self, "use_v2_model_runner", False):
+                return max(int(getattr(self, "decode_stagger", 1)), 1)
             return 1
         return max(int(self.vllm_config.max_concurrent_batches), 1)
 

@@ -3,14 +3,23 @@
 vLLM 0.32 splits a step in two worker calls: ``execute_model(scheduler_output)``
 runs the forward pass and returns None when ``sample_tokens(grammar_output)``
 must follow (the engine core calls it at once), or returns the output itself (a
-step with nothing scheduled, a pooling model). A step's device time spans both::
+step with nothing scheduled, a pooling model). A step's device time is the work
+of both, without the host's gaps around them::
 
-    device(k) = end(sample_tokens(k), or execute_model(k) when it returned output)
-                - start(execute_model(k))
+    device(k) = end(execute_model(k)) - start(k)
+                + end(sample_tokens(k)) - start(sample_tokens(k))
 
-- **CPU:** ``time.perf_counter()`` around the calls, which run synchronously.
-- **CUDA:** a timing event recorded on the current stream before
-  ``execute_model`` and after ``sample_tokens``. The stream is never
+``start(k)`` is the forward's launch where the runner says when that is (Model Runner
+V2, CUDA's default, calls ``step_timing.forward_start()`` once the step's inputs are
+prepared), else the entry of ``execute_model``. A step whose ``execute_model`` returned
+its output has the first term only. On CUDA an event recorded while the device is
+still busy completes when the work before it does, so neither term counts the device's
+idle time while the host prepares a step, nor the engine core's work between the two
+calls (a structured-output bitmask waiting for step k-1's tokens).
+
+- **CPU:** ``time.perf_counter()`` at each mark: the calls run synchronously (and
+  the V1 runner has no ``forward_start``, so a step starts at ``execute_model``).
+- **CUDA:** a timing event recorded on the current stream at each mark. The stream is never
   synchronised, only a step's own end event once its output is, so every step
   is written before its output reaches the scheduler: on the synchronous path
   the output has already been synchronised when ``sample_tokens`` returns, so
@@ -47,7 +56,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from engine_worker.contract.step_ring import STEP_INDEX_ATTR, StepRing
@@ -94,8 +103,20 @@ class CudaEventClock:
 @dataclass(frozen=True, eq=False)
 class _Timing:
     step_index: int
+    spans: tuple[tuple[Any, Any], ...]
+    """(start, end) marks of the step's work, in record order."""
+
+
+@dataclass(eq=False)
+class _OpenStep:
+    """A step whose ``execute_model`` started and whose output is not yet known."""
+
+    step_index: int | None
     start: Any
-    end: Any
+    is_empty: bool
+    spans: list[tuple[Any, Any]] = field(default_factory=list)
+    """The spans closed so far (``execute_model``'s once it returned None)."""
+    sample_start: Any = None
 
 
 class DeviceStepTimer:
@@ -104,8 +125,7 @@ class DeviceStepTimer:
     def __init__(self, ring: StepRing, clock: StepClock) -> None:
         self._ring = ring
         self._clock = clock
-        self._open: tuple[int | None, Any, bool] | None = None
-        """The step whose ``execute_model`` started, its start mark, and if it is empty."""
+        self._open: _OpenStep | None = None
         self._pending: deque[_Timing] = deque()
         # NOTE: under async scheduling vLLM's multiprocessing worker calls get_output
         # in its output-copy thread, beside the thread running execute_model.
@@ -118,17 +138,33 @@ class DeviceStepTimer:
             self.flush()
             step_index = getattr(scheduler_output, STEP_INDEX_ATTR, None)
             is_empty = getattr(scheduler_output, "total_num_scheduled_tokens", None) == 0
-            self._open = (step_index, self._clock.mark(), is_empty)
+            opened = _OpenStep(step_index, self._clock.mark(), is_empty)
+            self._open = opened
             output = execute_model(scheduler_output, *args, **kwargs)
             if output is not None:
                 self._close(output)
+            elif self._open is opened:
+                opened.spans.append((opened.start, self._clock.mark()))
             return output
 
         return timed
 
+    def wrap_forward_start(self, forward_start: Callable[..., Any]) -> Callable[..., Any]:
+        """The runner's own mark of the forward's launch: the step's work starts there."""
+
+        @functools.wraps(forward_start)
+        def marked(*args: Any, **kwargs: Any) -> Any:
+            if self._open is not None and not self._open.spans:
+                self._open.start = self._clock.mark()
+            return forward_start(*args, **kwargs)
+
+        return marked
+
     def wrap_sample_tokens(self, sample_tokens: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(sample_tokens)
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if self._open is not None:
+                self._open.sample_start = self._clock.mark()
             output = sample_tokens(*args, **kwargs)
             self._close(output)
             return output
@@ -137,19 +173,18 @@ class DeviceStepTimer:
 
     def _close(self, output: Any) -> None:
         opened, self._open = self._open, None
-        if opened is None:
+        if opened is None or opened.step_index is None:
             return
-        step_index, start, is_empty = opened
-        if step_index is None:
-            return
-        timing = _Timing(step_index, start, self._clock.mark())
+        end = self._clock.mark()
+        last = (opened.start if opened.sample_start is None else opened.sample_start, end)
+        timing = _Timing(opened.step_index, (*opened.spans, last))
         with self._lock:
             self._pending.append(timing)
         get_output = getattr(output, "get_output", None)
         if callable(get_output):
             # Async output (CUDA): the step is read once vLLM has waited for its copy.
             output.get_output = self._flush_after(get_output, timing)
-        elif is_empty:
+        elif opened.is_empty:
             self.flush()  # NOTE: never wait on the step in flight (see the module doc)
         else:
             self.flush(through=timing)
@@ -179,9 +214,12 @@ class DeviceStepTimer:
             while self._pending:
                 timing = self._pending[0]
                 wait = num_to_wait > 0
-                elapsed_s = self._clock.elapsed_s(timing.start, timing.end, wait=wait)
-                if elapsed_s is None:
+                # The last end first: once it is complete, so is every earlier mark.
+                last_s = self._clock.elapsed_s(*timing.spans[-1], wait=wait)
+                if last_s is None:
                     return
+                spans = timing.spans[:-1]
+                elapsed_s = last_s + sum(self._clock.elapsed_s(*s, wait=True) or 0.0 for s in spans)
                 self._pending.popleft()
                 num_to_wait -= 1
                 self._ring.write(timing.step_index, elapsed_s)
@@ -198,7 +236,8 @@ def refuses_data_parallel(data_parallel_size: int) -> bool:
 
 
 def install(worker: Any, ring: StepRing, *, is_cuda: bool) -> DeviceStepTimer:
-    """Wrap ``worker.execute_model`` and ``worker.sample_tokens`` once (idempotent).
+    """Wrap ``worker.execute_model`` and ``worker.sample_tokens`` once (idempotent), and
+    the model runner's ``step_timing.forward_start`` where it has one (Model Runner V2).
 
     NOTE: instance attributes, not a subclass: vLLM appends a worker extension to
     the worker's bases and refuses any name the worker already has, so an
@@ -212,5 +251,8 @@ def install(worker: Any, ring: StepRing, *, is_cuda: bool) -> DeviceStepTimer:
     timer = DeviceStepTimer(ring, clock)
     worker.execute_model = timer.wrap_execute_model(worker.execute_model)
     worker.sample_tokens = timer.wrap_sample_tokens(worker.sample_tokens)
+    step_timing: Any = getattr(getattr(worker, "model_runner", None), "step_timing", None)
+    if callable(getattr(step_timing, "forward_start", None)):
+        step_timing.forward_start = timer.wrap_forward_start(step_timing.forward_start)
     setattr(worker, _TIMER_ATTR, timer)
     return timer
