@@ -235,7 +235,8 @@ def build_metrics(
         ),
         controller_ttft_overdue_steps=Counter(
             "dlfp_controller_ttft_overdue_steps",
-            "Steps where nothing fitted but a prefill past its TTFT deadline got min_cap_tokens.",
+            "Deadline-planned steps with a prefill past its TTFT deadline "
+            "(served at the slack's rate).",
             registry=r,
         ),
         controller_deadline_steps=Counter(

@@ -61,7 +61,8 @@ def serve(
         for _ in range(200):
             computed, chunk = rng.randrange(0, 3000), rng.randrange(0, 400)
             shape = StepShape(8, 4000, chunk, chunk_attention(computed, chunk))
-            controller.cost_model.observe(shape, plant.exact_s(shape))
+            controller.observe_model(shape, plant.exact_s(shape))
+            controller.observe_model(StepShape(8, 4000), plant.exact_s(StepShape(8, 4000)))
     served = Served()
     streams = [rng.randrange(200, 1000) for _ in range(8)]  # each stream's context
     computed, length = 0, rng.randrange(1000, 3000)

@@ -300,7 +300,8 @@ def serve_with_host(host_s: float, num_steps: int = 300) -> Served:
     for _ in range(200):  # a fitted model of device time
         computed, chunk = rng.randrange(0, 3000), rng.randrange(0, 400)
         shape = StepShape(8, 4000, chunk, chunk_attention(computed, chunk))
-        controller.cost_model.observe(shape, PLANT.exact_s(shape))
+        controller.observe_model(shape, PLANT.exact_s(shape))
+        controller.observe_model(StepShape(8, 4000), PLANT.exact_s(StepShape(8, 4000)))
     served = Served(controller)
     computed, length = 0, 3000
     for index in range(num_steps):

@@ -116,9 +116,9 @@ class ArmRun:
             scheduler.dlfp_controller = PrefillCapController(
                 scheduler.dlfp_params, clock=self.clock
             )
-            self._prefit(scheduler.dlfp_controller.cost_model)
+            self._prefit(scheduler.dlfp_controller)
 
-    def _prefit(self, cost_model: Any) -> None:
+    def _prefit(self, controller: Any) -> None:
         rng = random.Random(self.settings.seed + 2)
         for index in range(NUM_PREFIT_STEPS):
             num_decode = rng.randint(1, self.settings.num_running)
@@ -130,7 +130,7 @@ class ArmRun:
                 num_prefill_tokens=num_prefill,
                 attention_tokens2=chunk_attention(start, num_prefill) if num_prefill else 0.0,
             )
-            cost_model.observe(shape, plant_s(self.plant, shape, rng))
+            controller.observe_model(shape, plant_s(self.plant, shape, rng))
 
     def _add(self, num_prompt_tokens: int, max_tokens: int) -> str:
         request_id = f"{self.arm}-{self.num_added}"

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from engine_worker.controller.cost_model import StepCostModel
+from engine_worker.controller.cost_model import StepCostModel, StepShape
 from engine_worker.controller.deadline_plan import DeadlinePlan
 from engine_worker.controller.modes import ControllerMode, Observation
 from engine_worker.controller.params import (
@@ -94,7 +94,7 @@ class PrefillCapController(StepEvents):
         self._num_decode_free_steps = 0
         self._num_stale_observations = 0
         self._pending = None
-        self._deadline_plan = DeadlinePlan(params, self._model)
+        self._deadline_plan = DeadlinePlan(params)
         self._observation_in_force = None
 
     @classmethod
@@ -108,6 +108,12 @@ class PrefillCapController(StepEvents):
     @property
     def cost_model(self) -> StepCostModel:
         return self._model
+
+    def observe_model(self, shape: StepShape, seconds: float) -> None:
+        """A step's time, as a completed step's observation feeds the models (a prefit)."""
+        self._model.observe(shape, seconds)
+        if self._params.plans_deadlines:
+            self._deadline_plan.slack.observe(shape, seconds)
 
     @property
     def state(self) -> ControllerState:
@@ -133,7 +139,7 @@ class PrefillCapController(StepEvents):
             plan=self._params.plan if self._params.uses_cost_model else None,
             margin=plan.margin_value() if self._params.plans_deadlines else None,
             margin_correction=plan.margin_correction,
-            margin_samples=plan.margin.num_samples,
+            margin_samples=plan.slack.num_margin_samples,
             num_zero_prefill_steps=plan.num_zero_prefill_steps,
             num_ttft_overdue_steps=plan.num_ttft_overdue_steps,
             num_deadline_steps=plan.num_deadline_steps,

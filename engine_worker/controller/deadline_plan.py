@@ -1,31 +1,36 @@
-"""The deadline plan (``plan: deadline``, the default of ``dlfp-ct`` with its cost model).
+"""The deadline plan (``plan: deadline``, the default of ``dlfp-ct``): prefill at the rate
+the slack allows.
 
-Each mixed step gets the largest cap whose predicted end, with the margin ``m`` for the
-tail (see ``margin``), meets the tightest deadline of the running streams,
-``end(last token) + itl_slo``::
+A step's time is the decodes' time plus the prefill increment (``slack_model``). Each step
+with decodes gets the most prefill tokens whose increment, times the margin ``m`` for its
+tail, fits the slack the tightest stream deadline leaves after the decodes' own tail::
 
-    base = end of the newest step (predicted while in flight, observed once done)
-    cap(k) = max{c : base + m * predict(shape(c)) <= min_i end(token_i) + itl_slo}
+    base  = end of the newest step (predicted while in flight, observed once done)
+    slack = min_i end(token_i) + itl_slo - base - q_D * D(n, ctx)
+    R(k)  = max{R : m * I(R, A(R)) <= slack}
 
-with no prefill at all when not even ``min_cap_tokens`` fits (unless a prefill is past
-its TTFT deadline: then ``min_cap_tokens``), and a step that completes prefills ending
-with them (see ``DeadlinePlan.plan``). Under ``observation: device`` the plan works in
-completion time: it adds the host's share (``host_share``) to each predicted device time.
+No floor: a 1-token step is allowed, and a step carries no prefill only when not even one
+token fits (counted: ``num_zero_prefill_steps``). A prefill past its TTFT deadline is not
+forced beyond the slack: it goes on at the slack's rate. A step that completes prefills
+ends with them (see ``DeadlinePlan.plan``). Under ``observation: device`` the plan works
+in completion time: it adds the host's share (``host_share``) to each predicted device
+time. ``m`` is the increment's tail quantile times a proportional correction toward 1%
+of deadline-bound steps ending late (``margin.corrected``). Equations in
+docs/scheduler.md, "Deadline plan".
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine_worker.controller.cap_search import fits_budget, largest_fitting_cap
-from engine_worker.controller.cost_model import StepCostModel
+from engine_worker.controller.cost_model import StepShape
 from engine_worker.controller.host_share import HostShareWindow
-from engine_worker.controller.margin import MarginWindow, corrected
+from engine_worker.controller.margin import corrected
 from engine_worker.controller.modes import Observation
 from engine_worker.controller.params import CapParams
+from engine_worker.controller.slack_model import SlackModel
 from engine_worker.controller.step_timing import StepRecord
 
 RECENT_STEPS = 64
@@ -46,30 +51,31 @@ class DeadlinePlan:
     """The deadline plan's state: the margin, the host's share, the recent steps' ends
     and the plan's counters. The controller holds one and feeds it every step."""
 
-    def __init__(self, params: CapParams, model: StepCostModel) -> None:
+    def __init__(self, params: CapParams) -> None:
         self._params = params
-        self._model = model
-        self.margin = MarginWindow(params.margin_quantile)
+        self.slack = SlackModel(params.margin_quantile)
         self.host_share = HostShareWindow()
         self.margin_correction = 1.0
         self._recent: deque[StepRecord] = deque(maxlen=RECENT_STEPS)
         self.num_zero_prefill_steps = 0
+        self.num_probe_steps = 0
+        """Decode-only steps planned to measure the decodes on, while their fit is empty."""
         self.num_ttft_overdue_steps = 0
         self.num_deadline_steps = 0
         self.num_deadline_misses = 0
 
     def apply_params(self, params: CapParams) -> None:
         self._params = params
-        self.margin.quantile = params.margin_quantile
+        self.slack.quantile = params.margin_quantile
 
     def reset_model(self) -> None:
-        """Forget the margin's window, its correction and the host's share."""
-        self.margin.reset()
+        """Forget the slack model (its fits and tails), the correction and the host's share."""
+        self.slack.reset()
         self.host_share.reset()
         self.margin_correction = 1.0
 
     def margin_value(self) -> float:
-        return self.margin.value() * self.margin_correction
+        return self.slack.margin() * self.margin_correction
 
     def host_s(self) -> float:
         """What the plan adds to a prediction for the host: its share's quantile under
@@ -114,59 +120,28 @@ class DeadlinePlan:
         decode_context_tokens: int,
         candidates: Sequence[tuple[int, int]],
         oldest_token_step: int | None,
-        ttft_overdue: bool,
+        ttft_overdue: bool = False,
     ) -> Deadline:
-        """The step's cap: 0 for no prefill, ``min_cap_tokens`` if a prefill is overdue."""
-        deadline = self._plan(
-            now_s, num_decoding, decode_context_tokens, candidates, oldest_token_step
-        )
-        if deadline.cap_tokens == 0 and ttft_overdue:
-            cap = self._params.min_cap_tokens
-            deadline = Deadline(cap, deadline.deadline_s, deadline.margin, False)
-            self.num_ttft_overdue_steps += 1
-        self.num_zero_prefill_steps += deadline.cap_tokens == 0
-        return deadline
+        """The step's cap: the tokens the slack allows, 0 where not one fits.
 
-    def observe(self, record: StepRecord, observed_s: float) -> bool:
-        """A guarded deadline-planned mixed step: the margin's window and its correction.
-
-        Returns whether the correction was updated (a feedback step).
+        ``ttft_overdue`` (a candidate is past its TTFT deadline) is counted, not acted
+        on: such a prefill goes on at the slack's rate, never forced beyond it.
         """
-        if record.predicted_s is not None and record.predicted_s > 0:
-            self.margin.observe(observed_s / record.predicted_s)
-        if record.deadline_s is None or record.done_at_s is None:
-            return False
-        overrun = record.done_at_s > record.deadline_s
-        at_floor = record.cap_tokens == self._params.min_cap_tokens
-        if not record.is_deadline_bound and (not overrun or at_floor):
-            # The deadline did not set the cap (its bounds or the prefills left did):
-            # a step within its deadline says nothing about the margin, a late one
-            # does, unless it ran at the floor anyway (a TTFT-overdue prefill).
-            return False
-        self.margin_correction = corrected(record.margin_correction, overrun, self._params.gain)
-        return True
-
-    def _plan(
-        self,
-        now_s: float,
-        num_decoding: int,
-        decode_context_tokens: int,
-        candidates: Sequence[tuple[int, int]],
-        oldest_token_step: int | None,
-    ) -> Deadline:
         p = self._params
+        self.num_ttft_overdue_steps += ttft_overdue
         margin = self.margin_value()
         deadline_s = self.deadline_s(now_s, oldest_token_step)
-        budget_s = math.inf
-        if deadline_s is not None:
-            # NOTE: under device the model predicts device time, and the stream waits
-            # for the host's share as well: base + m * predict + host <= deadline.
-            budget_s = (deadline_s - self._base_s(now_s) - self.host_s()) / margin
-        fits = fits_budget(self._model, num_decoding, decode_context_tokens, candidates, budget_s)
-        if not fits(p.min_cap_tokens):
-            return Deadline(0, deadline_s, margin, True)
-        cap = largest_fitting_cap(p, fits)
         left = sum(remaining for _, remaining in candidates)
+        if deadline_s is None:
+            cap = p.max_cap_tokens
+        else:
+            decodes = StepShape(num_decoding, decode_context_tokens)
+            decode_s = self.slack.decode_s(decodes) * self.slack.decode_tail()
+            # NOTE: under device the model predicts device time, and the stream waits
+            # for the host's share as well.
+            slack_s = deadline_s - self._base_s(now_s) - self.host_s() - decode_s
+            cap, _ = self.slack.budget_tokens(slack_s, candidates, margin)
+            cap = min(cap, p.max_cap_tokens)
         is_bound = cap < p.max_cap_tokens and cap < left
         # NOTE: a step that completes prefills ends with them: the first tokens come
         # at the end of the step, so a short prompt is not kept waiting for a step
@@ -179,7 +154,25 @@ class DeadlinePlan:
             completed += remaining
         if completed:
             cap, is_bound = completed, False
+        self.num_zero_prefill_steps += cap == 0
         return Deadline(cap, deadline_s, margin, is_bound)
+
+    def observe(self, record: StepRecord, observed_s: float) -> bool:
+        """A guarded deadline-planned mixed step: the margin's correction.
+
+        Returns whether the correction was updated (a feedback step).
+        """
+        if record.deadline_s is None or record.done_at_s is None:
+            return False
+        if self.slack.is_outlier(record.predicted_s, observed_s) and not self.slack.is_slower:
+            return False  # no margin meets it; the slack model counts it
+        overrun = record.done_at_s > record.deadline_s
+        if not record.is_deadline_bound and not overrun:
+            # The deadline did not set the cap (its bounds or the prefills left did):
+            # a step within its deadline says nothing about the margin, a late one does.
+            return False
+        self.margin_correction = corrected(record.margin_correction, overrun, self._params.gain)
+        return True
 
     def _end_s(self, step_index: int) -> float | None:
         """When a recent step ended (observed) or is predicted to end (in flight)."""

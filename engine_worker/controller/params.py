@@ -70,8 +70,9 @@ class CapParams:
     min_cap_tokens); dlfp-ct with feedforward starts from min_cap_tokens instead, until its
     cost model plans."""
     min_cap_tokens: int = _setting(8, ge=8)
-    """Lower bound of the cap, tokens; floor 8 (a smaller chunk makes a long prompt's
-    prefill crawl; 8 tokens took about 58 ms on a CPU without AVX-512)."""
+    """Lower bound of the cap of fixed, dlfp and the target plan, tokens; floor 8 (a smaller
+    chunk makes a long prompt's prefill crawl; 8 tokens took about 58 ms on a CPU without
+    AVX-512). The deadline plan has no floor: it prefills what the slack allows."""
     max_cap_tokens: int = _setting(1024, ge=1)
     """Upper bound of the cap, tokens (at least min_cap_tokens)."""
     step_tokens: int = _setting(8, ge=8)
@@ -93,9 +94,9 @@ class CapParams:
     """dlfp-ct deadline plan only: the quantile of observed/predicted step time, over the
     last 128 mixed steps, that multiplies each prediction; floor 0.5."""
     ttft_slo_ms: float = _setting(30_000.0, ge=100)
-    """Time-to-first-token objective, ms: the gateway judges requests by it, and dlfp-ct's
-    deadline plan gives a prefill past arrival + ttft_slo_ms at least min_cap_tokens (and,
-    under srpf, serves first a prefill whose slack is below its predicted prefill time);
+    """Time-to-first-token objective, ms: the gateway judges requests by it, and under srpf
+    dlfp-ct's deadline plan serves first a prefill whose slack is below its predicted
+    prefill time (one past arrival + ttft_slo_ms goes on at the slack's rate, counted);
     floor 100 ms (below it the SLO check would turn every request away)."""
     itl_slo_ms: float = _setting(500.0, ge=10)
     """Inter-token-latency objective, ms: the gateway judges requests by it, dlfp-ct's

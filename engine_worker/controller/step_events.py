@@ -74,7 +74,13 @@ class StepEvents:
         )
         if num_decoding > 0:
             cap = self._law.cap_tokens
-            if candidates and self._is_planning and self._params.plans_deadlines:
+            slack = self._deadline_plan.slack
+            if candidates and self._params.plans_deadlines and slack.needs_decode_steps:
+                # NOTE: a decode-only step to measure the decodes on (the increment
+                # is what a mixed step takes beyond them); only until the fit has some.
+                cap, is_planned = 0, True
+                self._deadline_plan.num_probe_steps += 1
+            elif candidates and self._params.plans_deadlines and slack.is_ready:
                 deadline = self._deadline_plan.plan(
                     now_s,
                     num_decoding,
@@ -84,7 +90,7 @@ class StepEvents:
                     ttft_overdue,
                 )
                 cap, is_planned = deadline.cap_tokens, True
-            elif candidates and self._is_planning:
+            elif candidates and self._is_planning and not self._params.plans_deadlines:
                 budget_s = self._law.allowance * self._target_s
                 cap = plan_target_cap(
                     self._params,
@@ -104,6 +110,8 @@ class StepEvents:
 
     def prefill_rates(self) -> tuple[float, float] | None:
         """The cost model's prefill rates (``StepCostModel.prefill_rates``), or None."""
+        if self._params.plans_deadlines:
+            return self._deadline_plan.slack.prefill_rates()
         return self._model.prefill_rates() if self._is_planning else None
 
     def on_scheduled(
@@ -120,9 +128,12 @@ class StepEvents:
         self._pending = None
         if shape is None:
             shape = StepShape(num_decode_tokens, 0, num_prefill_tokens, 0.0)
-        # NOTE: the latest solve, no refit (hot path): a planned step's plan has just
-        # solved, and other steps' predictions are telemetry.
-        predicted_s = self._model.predict_cached_s(shape)
+        # NOTE: the latest solve, no refit (hot path): other steps' predictions are
+        # telemetry. The deadline plan predicts from its own slack model.
+        if self._params.plans_deadlines:
+            predicted_s = self._deadline_plan.slack.predict_s(shape)
+        else:
+            predicted_s = self._model.predict_cached_s(shape)
         predicted_end_s = self._deadline_plan.predicted_end_s(now_s, predicted_s)
         deadline = pending.deadline
         record = StepRecord(
@@ -172,6 +183,8 @@ class StepEvents:
         if observed_s is not None and record.shape is not None:
             # The cost model predicts the same quantity the feedback law corrects.
             self._model.observe(record.shape, observed_s)
+            if self._params.plans_deadlines:
+                self._deadline_plan.slack.observe(record.shape, observed_s)
         if self._params.controller == ControllerMode.DLFP_CT:
             self._observe(record, observed_s)
         return record

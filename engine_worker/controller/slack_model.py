@@ -1,0 +1,240 @@
+"""The slack-rate model: a step's time as decode time plus the prefill increment.
+
+Pure Python, on the scheduler's hot path (no matrix solve: two recursive fits of three
+and two parameters, each updated in microseconds). A step of ``n`` decodes attending to
+``ctx`` tokens, with ``R`` prefill tokens of token-context product ``A``, takes::
+
+    t = D(n, ctx) + I(R, A)
+    D(n, ctx) = d0 + d1 * n + d2 * ctx / 1e4     fitted on decode-only steps (and see below)
+    I(R, A)   = i1 * R / 1e3 + i2 * A / 1e6      fitted on t - D(n, ctx) of mixed steps
+
+Each is a recursive least-squares fit with forgetting (``FORGETTING``), so a slower or a
+faster machine shows within tens of steps. The increment's scale is identified: it is
+fitted on what a mixed step took beyond the decode time measured without prefill, not
+jointly with it, so no speed factor can trade against its slopes. It has no intercept:
+a constant there would take up a drift of the decode time while every step carries
+prefill, and hold the budget at zero after the drift is gone. Instead a mixed step whose
+increment is small (below ``MIN_INCREMENT_SHARE`` of ``D``) also updates ``D``, with
+``t - I``, so the decode time follows the machine when no decode-only step comes.
+
+The tails have windows of their own: the decodes' is the ``q`` quantile of observed/``D`` over the
+recent decode-only steps, the increment's (the margin ``m``, at least 1) that of
+``(t - q_D * D) / I`` over the recent mixed steps whose increment is at least
+``MIN_INCREMENT_SHARE`` of ``D`` (below it the errors of ``D``, not the increment's,
+set the ratio): so ``q_D * D + m * I`` bounds a ``q`` share of mixed steps, and the
+decodes' noise, which their own tail covers, is not counted twice. A step beyond
+``OUTLIER_RATIO`` times its prediction is an outlier: counted, kept out of both tails
+and fits (no plan can meet it, and the tail would stay inflated for a whole window);
+from the ``OUTLIER_RUN``-th in a row they are the machine's new speed, and learnt.
+
+The prefill budget of a step with ``slack`` seconds left after the decodes' tail
+``q_D * D`` is the most tokens whose increment, times the margin, fits it: with
+candidates served in order, the ``r`` tokens taken from one whose prompt has ``s``
+tokens computed add ``i1' * r + i2' * r * (s + r / 2)`` (primed: per token), so each
+candidate's share is the root of a quadratic (``budget_tokens``); no floor, and zero
+tokens only when even one does not fit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from engine_worker.controller.cost_model import StepShape
+from engine_worker.controller.sliding_window import SlidingWindow
+
+FORGETTING = 0.98
+"""Each fit's weight on the step before: a memory of about 50 steps."""
+MAX_COVARIANCE = 1e6
+"""The fits stop forgetting past this trace, so a spell without excitation cannot wind up."""
+TAIL_STEPS = 128
+"""Steps per tail window (decode-only, mixed)."""
+MIN_DECODE_SAMPLES = 8
+MIN_INCREMENT_SAMPLES = 8
+MIN_TAIL_SAMPLES = 8
+STARTING_TAIL = 1.5
+"""Both tails' factor until ``MIN_TAIL_SAMPLES`` ratios exist."""
+MIN_INCREMENT_SHARE = 0.25
+"""The least increment (a share of the decode time) whose ratio the margin learns."""
+OUTLIER_RATIO = 1.5
+"""A step this many times its prediction is an outlier (see the module doc); slow steps
+below it that come often enough to matter raise the margin's correction instead."""
+OUTLIER_RUN = 4
+"""Outliers in a row that are no longer outliers but the machine's new speed: learnt."""
+MIN_TOKEN_S = 1e-6
+"""The least a prefill token is taken to cost (a fit's slope can dip below 0 in noise)."""
+
+
+class _RecursiveFit:
+    """Least squares of ``y`` on a few features, updated one sample at a time."""
+
+    def __init__(self, num_features: int) -> None:
+        self._n = range(num_features)
+        self.theta = [0.0] * num_features
+        self._p = [[1e3 if i == j else 0.0 for j in self._n] for i in self._n]
+        self.num_samples = 0
+
+    def predict(self, x: Sequence[float]) -> float:
+        return sum(t * v for t, v in zip(self.theta, x, strict=True))
+
+    def update(self, x: Sequence[float], y: float) -> None:
+        p, n = self._p, self._n
+        px = [sum(p[i][j] * x[j] for j in n) for i in n]
+        trace = sum(p[i][i] for i in n)
+        forget = FORGETTING if trace < MAX_COVARIANCE else 1.0
+        denominator = forget + sum(x[i] * px[i] for i in n)
+        gain = [v / denominator for v in px]
+        error = y - self.predict(x)
+        for i in n:
+            self.theta[i] += gain[i] * error
+            row, gi = p[i], gain[i]
+            for j in n:
+                row[j] = (row[j] - gi * px[j]) / forget
+        self.num_samples += 1
+
+
+def _decode_features(shape: StepShape) -> tuple[float, float, float]:
+    return (1.0, float(shape.num_decode_tokens), shape.decode_context_tokens / 1e4)
+
+
+def _increment_features(num_prefill: int, attention: float) -> tuple[float, float]:
+    return (num_prefill / 1e3, attention / 1e6)
+
+
+class SlackModel:
+    """The decode time, the prefill increment and their tails (see the module doc)."""
+
+    def __init__(self, quantile: float) -> None:
+        self.quantile = quantile
+        self._decode = _RecursiveFit(3)
+        self._increment = _RecursiveFit(2)
+        self._decode_tail = SlidingWindow(TAIL_STEPS)
+        self._increment_tail = SlidingWindow(TAIL_STEPS)
+        self.num_outliers = 0
+        self._outliers_in_a_row = 0
+
+    def reset(self) -> None:
+        self.__init__(self.quantile)  # type: ignore[misc]
+
+    @property
+    def is_ready(self) -> bool:
+        return (
+            self._decode.num_samples >= MIN_DECODE_SAMPLES
+            and self._increment.num_samples >= MIN_INCREMENT_SAMPLES
+        )
+
+    @property
+    def needs_decode_steps(self) -> bool:
+        """Whether the decode fit has too few decode-only steps to stand on."""
+        return self._decode.num_samples < MIN_DECODE_SAMPLES
+
+    @property
+    def num_margin_samples(self) -> int:
+        return self._increment_tail.size
+
+    def decode_s(self, shape: StepShape) -> float:
+        return max(self._decode.predict(_decode_features(shape)), 0.0)
+
+    def increment_s(self, num_prefill: int, attention: float) -> float:
+        per_token, per_context = self._rates()
+        return per_token * num_prefill + per_context * attention
+
+    def predict_s(self, shape: StepShape) -> float | None:
+        """The step's expected time (no tail), or None before the fits are ready."""
+        if not self.is_ready:
+            return None
+        increment = self.increment_s(shape.num_prefill_tokens, shape.attention_tokens2)
+        return self.decode_s(shape) + increment
+
+    def decode_tail(self) -> float:
+        """The decodes' tail factor: ``q`` quantile of observed/predicted decode-only time."""
+        return self._tail(self._decode_tail)
+
+    def margin(self) -> float:
+        """The increment's tail factor, at least 1."""
+        return max(self._tail(self._increment_tail), 1.0)
+
+    def prefill_rates(self) -> tuple[float, float] | None:
+        """Seconds a prefill token adds, and seconds per unit of token-context product."""
+        return self._rates() if self.is_ready else None
+
+    def _rates(self) -> tuple[float, float]:
+        theta = self._increment.theta
+        return max(theta[0] / 1e3, MIN_TOKEN_S), max(theta[1] / 1e6, 0.0)
+
+    @property
+    def is_slower(self) -> bool:
+        """Whether the latest outliers came in a run: the machine, not a burst."""
+        return self._outliers_in_a_row >= OUTLIER_RUN
+
+    def is_outlier(self, predicted_s: float | None, seconds: float) -> bool:
+        return predicted_s is not None and seconds > OUTLIER_RATIO * predicted_s
+
+    def observe(self, shape: StepShape, seconds: float) -> None:
+        """A completed step's time (seconds, as the controller observes them)."""
+        if not math.isfinite(seconds) or seconds <= 0:
+            return
+        decode_s = self.decode_s(shape)
+        num_prefill = shape.num_prefill_tokens
+        predicted_s = self.predict_s(shape)
+        if self.is_outlier(predicted_s, seconds):
+            self._outliers_in_a_row += 1
+            if self._outliers_in_a_row < OUTLIER_RUN:
+                self.num_outliers += 1
+                return
+        else:
+            self._outliers_in_a_row = 0
+        if not num_prefill:
+            if self._decode.num_samples >= MIN_DECODE_SAMPLES and decode_s > 0:
+                self._decode_tail.add(seconds / decode_s)
+            self._decode.update(_decode_features(shape), seconds)
+            return
+        if self._decode.num_samples < MIN_DECODE_SAMPLES:
+            return  # an increment needs a decode time to stand on
+        x = _increment_features(num_prefill, shape.attention_tokens2)
+        increment_s = self.increment_s(num_prefill, shape.attention_tokens2)
+        is_small = increment_s < MIN_INCREMENT_SHARE * decode_s
+        if self.is_ready and not is_small and decode_s > 0:
+            # What the step took beyond the decodes' tail, per predicted increment: its
+            # q quantile is the margin that keeps q_D * D + m * I above a q share of steps.
+            self._increment_tail.add((seconds - decode_s * self.decode_tail()) / increment_s)
+        self._increment.update(x, seconds - decode_s)
+        if self.is_ready and is_small:
+            # NOTE: a small increment leaves the step mostly decodes: the decode time
+            # follows the machine even while every step carries prefill.
+            self._decode.update(_decode_features(shape), seconds - increment_s)
+
+    def budget_tokens(
+        self, slack_s: float, candidates: Sequence[tuple[int, int]], margin: float
+    ) -> tuple[int, float]:
+        """The most prefill tokens, served to ``(computed, remaining)`` candidates in order,
+        whose increment times ``margin`` fits ``slack_s``; and their token-context product."""
+        budget = slack_s / margin
+        if budget <= 0:
+            return 0, 0.0
+        per_token, per_context = self._rates()
+        total, attention = 0, 0.0
+        for computed, remaining in candidates:
+            # (per_context / 2) r^2 + (per_token + per_context * s) r <= budget
+            linear = per_token + per_context * computed
+            if per_context > 0:
+                quadratic = per_context / 2
+                root = (-linear + math.sqrt(linear * linear + 4 * quadratic * budget)) / (
+                    2 * quadratic
+                )
+            else:
+                root = budget / linear
+            take = min(remaining, int(root))
+            if take <= 0:
+                break
+            total += take
+            attention += take * (computed + take / 2)
+            budget -= take * (linear + per_context * take / 2)
+            if take < remaining:
+                break
+        return total, attention
+
+    def _tail(self, window: SlidingWindow) -> float:
+        if window.size < MIN_TAIL_SAMPLES:
+            return STARTING_TAIL
+        return window.quantile(self.quantile)
