@@ -27,7 +27,7 @@ PLANT = ContextPlant(
 
 
 def decoding(
-    model_dir: Path, *, with_partial_prefill: bool = False, **settings: float
+    model_dir: Path, *, with_partial_prefill: bool = False, **settings: float | str
 ) -> DLFPSchedulerMixin:
     """Two streams decoding (and a 1,000-token prompt part-way), then the model fitted."""
     config = DLFPConfig(controller=ControllerMode.DLFP_CT, **settings)  # type: ignore[arg-type]
@@ -127,8 +127,7 @@ def test_a_step_completing_a_short_prefill_carries_no_other_prefill(model_dir: P
 
 
 def test_target_plan_stretches_the_same_step(model_dir: Path) -> None:
-    scheduler = decoding(model_dir, itl_slo_ms=2000, target_ms=1300)
-    scheduler.dlfp_apply_config(scheduler.dlfp_config.model_dump() | {"plan": "target"})
+    scheduler = decoding(model_dir, itl_slo_ms=2000, target_ms=1300, plan="target")
     scheduler.add_request(make_request("long", 2000))
     scheduler.add_request(make_request("short", 20))
     served = prefill_tokens(run_step(scheduler).num_scheduled_tokens)

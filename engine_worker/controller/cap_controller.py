@@ -111,15 +111,17 @@ class PrefillCapController(StepEvents):
 
     def observe_model(self, shape: StepShape, seconds: float) -> None:
         """A step's time, as a completed step's observation feeds the models (a prefit)."""
-        self._model.observe(shape, seconds)
         if self._params.plans_deadlines:
             self._deadline_plan.slack.observe(shape, seconds)
+        else:
+            self._model.observe(shape, seconds)
 
     @property
     def state(self) -> ControllerState:
         last_ms = self._last_observation_s
-        coef = self._model.coefficients
         plan = self._deadline_plan
+        plans_deadlines = self._params.plans_deadlines
+        coef = plan.slack.coefficients() if plans_deadlines else self._model.coefficients
         return ControllerState(
             mode=self._params.controller,
             target_ms=self._target_s * 1000.0,
@@ -133,7 +135,7 @@ class PrefillCapController(StepEvents):
             num_stale_observations=self._num_stale_observations,
             num_steps=self._timeline.num_steps,
             feedforward=self._params.uses_cost_model,
-            cost_model_ready=self._model.is_ready,
+            cost_model_ready=plan.slack.is_ready if plans_deadlines else self._model.is_ready,
             allowance=self._law.allowance,
             cost_coefficients=None if coef is None else list(coef),
             plan=self._params.plan if self._params.uses_cost_model else None,

@@ -75,21 +75,28 @@ class _RecursiveFit:
         self.num_samples = 0
 
     def predict(self, x: Sequence[float]) -> float:
-        return sum(t * v for t, v in zip(self.theta, x, strict=True))
+        value = 0.0
+        for t, v in zip(self.theta, x, strict=True):
+            value += t * v
+        return value
 
     def update(self, x: Sequence[float], y: float) -> None:
-        p, n = self._p, self._n
-        px = [sum(p[i][j] * x[j] for j in n) for i in n]
-        trace = sum(p[i][i] for i in n)
+        p, theta = self._p, self.theta
+        px = [sum([row[j] * x[j] for j in self._n]) for row in p]
+        trace = sum([p[i][i] for i in self._n])
         forget = FORGETTING if trace < MAX_COVARIANCE else 1.0
-        denominator = forget + sum(x[i] * px[i] for i in n)
-        gain = [v / denominator for v in px]
-        error = y - self.predict(x)
-        for i in n:
-            self.theta[i] += gain[i] * error
-            row, gi = p[i], gain[i]
-            for j in n:
-                row[j] = (row[j] - gi * px[j]) / forget
+        denominator = forget
+        error = y
+        for i in self._n:
+            denominator += x[i] * px[i]
+            error -= theta[i] * x[i]
+        scale = error / denominator
+        for i in self._n:
+            gain = px[i] / denominator
+            theta[i] += px[i] * scale
+            row = p[i]
+            for j in self._n:
+                row[j] = (row[j] - gain * px[j]) / forget
         self.num_samples += 1
 
 
@@ -153,6 +160,16 @@ class SlackModel:
     def margin(self) -> float:
         """The increment's tail factor, at least 1."""
         return max(self._tail(self._increment_tail), 1.0)
+
+    def coefficients(self) -> tuple[float, ...] | None:
+        """The fits in ``cost_model.StepCostModel.coefficients``' layout (decode-only and
+        mixed intercepts, per decode, per 1e4 decode context, per 1e3 prefill, per 1e6
+        attention), for admission's start-up prior and the telemetry; None before ready."""
+        if not self.is_ready:
+            return None
+        d0, d1, d2 = self._decode.theta
+        i1, i2 = self._increment.theta
+        return (d0, d0, d1, d2, i1, i2)
 
     def prefill_rates(self) -> tuple[float, float] | None:
         """Seconds a prefill token adds, and seconds per unit of token-context product."""

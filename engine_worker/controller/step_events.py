@@ -181,10 +181,12 @@ class StepEvents:
         self._observation_in_force = observation
         observed_s = record.completion_timed_s(self._params.observation)
         if observed_s is not None and record.shape is not None:
-            # The cost model predicts the same quantity the feedback law corrects.
-            self._model.observe(record.shape, observed_s)
+            # The model predicts the same quantity the feedback law corrects. The deadline
+            # plan has its own (slack_model); the others share the windowed fit.
             if self._params.plans_deadlines:
                 self._deadline_plan.slack.observe(record.shape, observed_s)
+            else:
+                self._model.observe(record.shape, observed_s)
         if self._params.controller == ControllerMode.DLFP_CT:
             self._observe(record, observed_s)
         return record

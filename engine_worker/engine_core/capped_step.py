@@ -17,7 +17,13 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request
 
 from engine_worker.contract.dlfp_config import PrefillOrder
-from engine_worker.engine_core.prefill_order import Candidate, Selection, restore_order, select
+from engine_worker.engine_core.prefill_order import (
+    Candidate,
+    Selection,
+    restore_order,
+    select,
+    vllm_order,
+)
 
 
 def is_decoding(request: Request) -> bool:
@@ -78,11 +84,19 @@ class CappedStepMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         # NOTE: a cap of 0 (nothing fits beside the decodes) holds every prefill out
         # of vLLM's queues for the step: vLLM reads a threshold of 0 as "none".
         if self.dlfp_params.prefill_order == PrefillOrder.SRPF or cap_tokens == 0:
-            original_waiting = list(self.waiting)
             selection = select(candidates, cap_tokens)
             threshold = selection.threshold_tokens
-            self._apply_selection(decodes, selection)
-        elif not self._move_decodes_first():
+            if cap_tokens and self._is_vllms_own_order(selection):
+                selection = None  # vLLM's own order serves the same: nothing to reorder
+            else:
+                if cap_tokens and not selection.waiting:
+                    # NOTE: vLLM serves running before waiting, and the running ones
+                    # chosen take the whole cap: the waiting queue is never reached.
+                    selection.held_waiting = []
+                else:
+                    original_waiting = list(self.waiting)
+                self._apply_selection(decodes, selection)
+        if selection is None and not self._move_decodes_first():
             original_running = []
         config.long_prefill_token_threshold = (
             min(threshold, saved_threshold) if saved_threshold > 0 else threshold
@@ -99,8 +113,32 @@ class CappedStepMixin(Scheduler):  # type: ignore[misc, unused-ignore]
             if original_running:
                 kept, admitted = restore_order(original_running, self.running, held_running)
                 self.running[:] = kept + admitted
-            if selection is not None:
+            if selection is not None and original_waiting:
                 self._restore_waiting(original_waiting, selection.held_waiting)
+
+    def _is_vllms_own_order(self, selection: Selection) -> bool:
+        """Whether vLLM, left to its own order, serves exactly the selection: the chosen
+        running prefills lead ``running``'s prefills, and the chosen waiting requests lead
+        the waiting queue, after every running prefill. (vLLM serves ``running`` in order,
+        then ``waiting`` in order, until the step's budget is spent.)"""
+        if selection.waiting and selection.held_running:
+            return False
+        prefills = (r for r in self.running if not is_decoding(r))
+        for chosen, request in zip(selection.running, prefills, strict=False):
+            if chosen is not request:
+                return False
+        if not selection.waiting:
+            return True
+        order: Iterable[Request] = self.waiting
+        heap = getattr(self.waiting, "_heap", None)
+        if heap is not None:
+            order = vllm_order(heap, len(selection.waiting))
+        elif not isinstance(self.waiting, FCFSRequestQueue):
+            return False
+        for chosen, request in zip(selection.waiting, order, strict=False):
+            if chosen is not request:
+                return False
+        return True
 
     def _apply_selection(self, decodes: list[Request], selection: Selection) -> None:
         # NOTE: held requests leave vLLM's queues for this one step only, and

@@ -18,17 +18,20 @@ Duck-typed on vLLM's ``Request`` (``num_tokens``, ``num_computed_tokens``,
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 MAX_HELD_STEPS = 4
 """Most consecutive capped steps a prefill in progress may go without tokens."""
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """A request with prefill left to do, as a capped step sees it."""
+class Candidate(NamedTuple):
+    """A request with prefill left to do, as a capped step sees it.
+
+    NOTE: a named tuple, not a frozen dataclass: a step builds one per waiting request,
+    and a tuple is built at C speed."""
 
     request: Any
     computed_tokens: int
@@ -50,14 +53,19 @@ class Selection:
     """Per-request token threshold for the step."""
 
 
-def remaining_prefill(request: Any) -> int:
-    # NOTE: num_tokens, not num_prompt_tokens: a preempted request re-prefills
-    # its generated tokens too.
-    return max(int(request.num_tokens) - int(request.num_computed_tokens), 0)
+def _popped_first(request: Any) -> tuple[int, float, str]:
+    """vLLM's ``Request.__lt__`` as a key: priority, arrival, id."""
+    return (request.priority, request.arrival_time, request.request_id)
 
 
-def _candidate(request: Any, is_running: bool) -> Candidate:
-    return Candidate(request, request.num_computed_tokens, remaining_prefill(request), is_running)
+def vllm_order(heap: list[Any], first: int | None = None) -> list[Any]:
+    """A priority queue's heap in the order vLLM pops it (its ``first`` requests).
+
+    NOTE: the queue iterates by popping a copy of its heap, one Python comparison at a
+    time; a sort on the comparison's own key gives the same order at C speed."""
+    if first is None:
+        return sorted(heap, key=_popped_first)
+    return heapq.nsmallest(first, heap, key=_popped_first)
 
 
 def candidates_in_order(
@@ -73,24 +81,25 @@ def candidates_in_order(
     ``fcfs`` keeps vLLM's order (running, then waiting); ``srpf`` sorts by
     (starving first, priority if ``by_priority``, remaining tokens, arrival).
     """
-    candidates = [
-        Candidate(r, r.num_computed_tokens, remaining_prefill(r), True) for r in running_prefills
-    ]
-    candidates += [
-        Candidate(r, r.num_computed_tokens, remaining_prefill(r), False) for r in waiting
-    ]
-    candidates = [c for c in candidates if c.remaining_tokens > 0]
+    candidates = []
+    # NOTE: num_tokens, not num_prompt_tokens: a preempted request re-prefills its
+    # generated tokens too.
+    for is_running, requests in ((True, running_prefills), (False, waiting)):
+        for r in requests:
+            computed = r.num_computed_tokens
+            remaining = r.num_tokens - computed
+            if remaining > 0:
+                candidates.append(Candidate(r, computed, remaining, is_running))
     if not srpf:
         return candidates
 
     def key(c: Candidate) -> tuple[int, int, int, float]:
-        priority = int(c.request.priority) if by_priority else 0
-        is_starving = c.request.request_id in starving_ids
+        request = c.request
         return (
-            0 if is_starving else 1,
-            priority,
+            0 if request.request_id in starving_ids else 1,
+            request.priority if by_priority else 0,
             c.remaining_tokens,
-            float(c.request.arrival_time),
+            request.arrival_time,
         )
 
     return sorted(candidates, key=key)

@@ -3,14 +3,19 @@ and which of them are urgent or past their TTFT deadline."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
 from engine_worker.contract.dlfp_config import PrefillOrder
 from engine_worker.engine_core.capped_step import is_decoding
-from engine_worker.engine_core.prefill_order import MAX_HELD_STEPS, Candidate, candidates_in_order
+from engine_worker.engine_core.prefill_order import (
+    MAX_HELD_STEPS,
+    Candidate,
+    candidates_in_order,
+    vllm_order,
+)
 
 _SCHEDULABLE = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 """Waiting statuses vLLM can schedule now (not blocked on a grammar or remote KV)."""
@@ -25,9 +30,16 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         """The prefills a capped step could serve, in the order it should."""
         running_prefills = [r for r in self.running if not is_decoding(r)]
         num_free_slots = max(self.max_num_running_reqs - len(self.running), 0)
+        srpf = self.dlfp_params.prefill_order == PrefillOrder.SRPF
         waiting = []
+        queue: Iterable[Request] = self.waiting
+        heap = getattr(self.waiting, "_heap", None)
+        if num_free_slots and heap:
+            # NOTE: under SRPF, with a slot for every waiting request, no order is
+            # needed (the candidates are sorted); otherwise vLLM's (see vllm_order).
+            queue = heap if srpf and len(heap) <= num_free_slots else vllm_order(heap)
         if num_free_slots:
-            for request in self.waiting:
+            for request in queue:
                 if request.status in _SCHEDULABLE:
                     waiting.append(request)
                     if len(waiting) == num_free_slots:
@@ -37,7 +49,6 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
             for request_id, num_held in self._num_held_steps.items()
             if num_held >= MAX_HELD_STEPS
         }
-        srpf = self.dlfp_params.prefill_order == PrefillOrder.SRPF
         if srpf and now_unix_s:
             first |= self._urgent_ids([*running_prefills, *waiting], now_unix_s)
         return candidates_in_order(

@@ -88,10 +88,13 @@ class DLFPSchedulerMixin(  # type: ignore[misc, unused-ignore]
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         decodes = [request for request in self.running if is_decoding(request)]
+        # NOTE: with nothing to prefill the step is vLLM's own (no candidates, no queue
+        # to reorder); the controller still sees the step.
+        has_prefills = len(decodes) < len(self.running) or bool(self.waiting)
         plans_deadlines = self.dlfp_controller.params.plans_deadlines
-        now_unix_s = time.time() if plans_deadlines else 0.0
+        now_unix_s = time.time() if plans_deadlines and has_prefills else 0.0
         # vLLM's own order under no cap: nothing to plan or select.
-        is_capping = decodes and self.dlfp_params.controller != ControllerMode.OFF
+        is_capping = has_prefills and decodes and self.dlfp_params.controller != ControllerMode.OFF
         candidates = self._prefill_candidates(now_unix_s) if is_capping else []
         cap_tokens = self.dlfp_controller.on_schedule(
             len(decodes),
@@ -102,10 +105,17 @@ class DLFPSchedulerMixin(  # type: ignore[misc, unused-ignore]
             else None,
             ttft_overdue=plans_deadlines and self._is_ttft_overdue(candidates, now_unix_s),
         )
-        if cap_tokens is None:
+        if cap_tokens is None or not has_prefills:
+            cap_tokens = None
             output = super().schedule(*args, **kwargs)
         else:
             output = self._schedule_capped(cap_tokens, decodes, candidates, *args, **kwargs)
+        return self._record(output, decodes, cap_tokens)
+
+    def _record(
+        self, output: SchedulerOutput, decodes: list[Request], cap_tokens: int | None
+    ) -> SchedulerOutput:
+        """The step's record for the controller and the telemetry, its index on the output."""
         shape, token_ids = self._step_shape(output, decodes)
         record = self.dlfp_controller.on_scheduled(
             shape.num_prefill_tokens, shape.num_decode_tokens, shape=shape
