@@ -160,6 +160,12 @@ def test_the_tight_objective_rounds_down_and_keeps_its_floor() -> None:
     assert {c["itl_slo_ms"] for c in conditions(500.0, 2.0).values()} == {10.0, 500.0}
 
 
+def test_the_thin_slack_condition_is_17_decode_steps_of_8_streams() -> None:
+    found = conditions(500.0, 32.0, thin_decode_step_ms=170.0)  # 1.7 x 170 = 289: 280
+    assert found["slo280-d8-thin"] == {"itl_slo_ms": 280.0, "num_decoders": 8}
+    assert len(found) == 5 and len(conditions(500.0, 32.0)) == 4
+
+
 def _record(
     arm: str, episode: int, gap_s: float, ttft_short_s: float, ttft_long_s: float
 ) -> EpisodeRecord:

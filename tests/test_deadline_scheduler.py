@@ -98,21 +98,28 @@ def test_a_one_token_step_reaches_the_scheduler_output(
     assert scheduler.dlfp_controller.state.cap_tokens == 1
 
 
-@pytest.mark.parametrize("near_deadline", [True, False])
-def test_slack_escalation_serves_a_long_prompt_whose_ttft_deadline_is_near(
-    model_dir: Path, near_deadline: bool
+@pytest.mark.parametrize(
+    ("arrived_s_ago", "first"),
+    [
+        (5.0, "long"),  # 25 s left: 20 s alone, about 30 s at the slack's rate: at risk
+        (15.0, "short"),  # 15 s left, 20 s alone: out of reach, served last
+        (-20.0, "short"),  # 50 s left: on time, shortest first
+    ],
+)
+def test_a_long_prompt_at_risk_goes_first_and_one_out_of_reach_last(
+    model_dir: Path, arrived_s_ago: float, first: str
 ) -> None:
     scheduler = decoding(model_dir, itl_slo_ms=500)
+    # As after a bound step: about 33 tokens a 0.5 s step.
+    scheduler.dlfp_controller._deadline_plan.slack_rate_tokens_per_s = 66.0
     long = make_request("long", 2000)
-    if near_deadline:
-        # 10 s of slack left against about 20 s of predicted prefill.
-        long.arrival_time = time.time() - 20.0
+    long.arrival_time = time.time() - arrived_s_ago
     scheduler.add_request(long)
     scheduler.add_request(make_request("short", 50))
     served = prefill_tokens(run_step(scheduler).num_scheduled_tokens)
     # (0.5 s - 120 ms of decodes) / 10 ms a token: at most 38 tokens, less the time
     # since the streams' last tokens.
-    assert list(served) == (["long"] if near_deadline else ["short"])
+    assert list(served) == [first]
     assert 28 <= sum(served.values()) <= 38, served
 
 

@@ -19,6 +19,7 @@ import pytest
 from bench.lib.plant import DriftingPlant
 from engine_worker.controller.cap_controller import PrefillCapController
 from engine_worker.controller.cost_model import StepShape, chunk_attention
+from engine_worker.engine_core.prefill_order import AT_RISK, OUT_OF_REACH, candidates_in_order
 from tests.cap_params import cap_params
 from tests.fake_clock import FakeClock
 
@@ -216,3 +217,53 @@ def test_short_prompts_beside_a_long_one_do_no_worse_than_the_best_static_cap() 
             feasible.append(mean_ttft_steps(run))
     assert feasible
     assert mean_ttft_steps(planned) <= min(feasible), (mean_ttft_steps(planned), feasible)
+
+
+@dataclass
+class _Request:
+    """A FAKE vLLM request, as the prefill order reads one."""
+
+    request_id: str
+    num_tokens: int
+    num_computed_tokens: int = 0
+    priority: int = 0
+    arrival_time: float = 0.0
+
+
+def test_at_risk_prompts_go_first_by_deadline_and_those_out_of_reach_last() -> None:
+    requests = [
+        _Request("hopeless", 900),
+        _Request("short", 20),
+        _Request("risky-late", 500, arrival_time=2.0),
+        _Request("risky-early", 600, arrival_time=1.0),
+        _Request("medium", 100),
+    ]
+    classes = {
+        "hopeless": (OUT_OF_REACH, 30.0),
+        "risky-late": (AT_RISK, 32.0),
+        "risky-early": (AT_RISK, 31.0),
+    }
+    order = candidates_in_order([], requests, srpf=True, by_priority=False, ttft_classes=classes)
+    assert [c.request.request_id for c in order] == [
+        "risky-early",
+        "risky-late",
+        "short",
+        "medium",
+        "hopeless",
+    ]
+
+
+def test_a_stream_past_its_objective_binds_the_plan_within_twice_it() -> None:
+    clock = FakeClock()
+    controller = PrefillCapController(PARAMS, clock=clock, wall_clock=clock)
+    controller.on_schedule(NUM_STREAMS, decode_context_tokens=CONTEXT)
+    controller.on_scheduled(0, NUM_STREAMS, shape=StepShape(NUM_STREAMS, CONTEXT))
+    clock.advance(0.1)
+    controller.on_step_done()  # step 0 ends at 0.1 s: its streams' deadline is 0.39 s
+    plan = controller._deadline_plan
+    assert plan.deadline_s(clock(), 0) == pytest.approx(0.1 + ITL_SLO_S)
+    clock.advance(0.5)  # a late step ended at 0.6 s without step 0's streams
+    controller.on_schedule(NUM_STREAMS, decode_context_tokens=CONTEXT)
+    controller.on_scheduled(0, NUM_STREAMS, shape=StepShape(NUM_STREAMS, CONTEXT))
+    controller.on_step_done()
+    assert plan.deadline_s(clock(), 0) == pytest.approx(0.1 + 2 * ITL_SLO_S)

@@ -14,7 +14,9 @@ prefill on this machine (``sizing.json``, reused on resume). Every arm's run of
 every episode is one file, ``records/episode-<e>/<arm>.json.gz``, written as it
 ends; a rerun skips what is recorded. ``--conditions`` runs the four conditions
 of the baseline (``itl_slo_ms`` at the gateway's setting and at min(3 x the lone
-decode step, 0.6 x it), each with 2 and 8 decoding streams), one folder each.
+decode step, 0.6 x it), each with 2 and 8 decoding streams) and a fifth of thin slack
+(1.7 x the decode-only step of 8 streams, with 8), one folder each; a results folder
+whose ``conditions.json`` predates the fifth keeps its four.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from bench.episodes.run import (
     read_records,
 )
 from bench.episodes.setup import (
+    THIN_DECODERS,
     arm_patch,
     check_arm_names,
     conditions,
@@ -101,8 +104,13 @@ async def _prepare(args: argparse.Namespace, counter: TokenCounter) -> dict[str,
                 prepared["conditions"] = json.loads(path.read_text(encoding="utf-8"))
             else:
                 step = await lone_decode_probe_ms(http, client)
-                found = conditions(float(baseline["itl_slo_ms"]), step)
-                prepared["conditions"] = {"lone_decode_step_ms": step, "conditions": found}
+                thin_step = await lone_decode_probe_ms(http, client, THIN_DECODERS)
+                found = conditions(float(baseline["itl_slo_ms"]), step, thin_step)
+                prepared["conditions"] = {
+                    "lone_decode_step_ms": step,
+                    "decode_step_ms_8": thin_step,
+                    "conditions": found,
+                }
                 path.write_text(json.dumps(prepared["conditions"], indent=2) + "\n", "utf-8")
     return prepared
 
@@ -264,8 +272,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--conditions",
         action="store_true",
-        help="the baseline's four conditions (one folder each): itl_slo_ms at the gateway's "
-        "setting and at min(3 x lone decode step, 0.6 x it), with 2 and 8 decoding streams",
+        help="five conditions (one folder each): itl_slo_ms at the gateway's setting and at "
+        "min(3 x lone decode step, 0.6 x it), with 2 and 8 decoding streams, and thin slack: "
+        "1.7 x the decode-only step of 8 streams, with 8",
     )
     p.add_argument("--tokenizer", help="local tokenizer directory for prompt lengths")
     p.add_argument("--no-plots", action="store_true")

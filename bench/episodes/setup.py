@@ -8,6 +8,7 @@ decode step; and the baseline's four conditions.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import statistics
@@ -160,25 +161,52 @@ async def size_long_prompts(
     return length
 
 
-async def lone_decode_probe_ms(http: httpx.AsyncClient, client: ClientSettings) -> float:
-    """Median gap of one stream decoding alone (``DECODE_PROBE_TOKENS`` tokens)."""
-    spec = RequestSpec(0, "short", False, 0.0, f"[probe {uuid.uuid4().hex[:12]}] Count on.", 0)
+async def lone_decode_probe_ms(
+    http: httpx.AsyncClient, client: ClientSettings, num_streams: int = 1
+) -> float:
+    """Median gap of ``num_streams`` streams decoding together and alone on the gateway
+    (``DECODE_PROBE_TOKENS`` tokens each)."""
     probe = replace(client, max_tokens=DECODE_PROBE_TOKENS)
-    record = await stream_into(
-        http, probe, new_record(spec, DECODE_PROBE_TOKENS), time.perf_counter()
-    )
-    gaps = [g for g in request_gaps(record) if g > 0]
-    if not record.is_ok or not gaps:
-        raise EndpointError(f"the lone-decode probe failed: {record.error}")
+
+    async def one() -> list[float]:
+        text = f"[probe {uuid.uuid4().hex[:12]}] Count on."
+        spec = RequestSpec(0, "short", False, 0.0, text, 0)
+        record = await stream_into(
+            http, probe, new_record(spec, DECODE_PROBE_TOKENS), time.perf_counter()
+        )
+        if not record.is_ok:
+            raise EndpointError(f"the decode probe failed: {record.error}")
+        return [g for g in request_gaps(record) if g > 0]
+
+    gaps = [
+        g for found in await asyncio.gather(*(one() for _ in range(num_streams))) for g in found
+    ]
+    if not gaps:
+        raise EndpointError("the decode probe saw no gap")
     return 1000 * statistics.median(gaps)
 
 
-def conditions(default_slo_ms: float, decode_step_ms: float) -> dict[str, dict[str, Any]]:
-    """The baseline's four conditions: two objectives, each with 2 and 8 decoding streams."""
+THIN_SLACK = 1.7
+"""The thin-slack condition's objective, in decode-only steps of ``THIN_DECODERS`` streams."""
+THIN_DECODERS = 8
+
+
+def conditions(
+    default_slo_ms: float, decode_step_ms: float, thin_decode_step_ms: float | None = None
+) -> dict[str, dict[str, Any]]:
+    """The baseline's four conditions: two objectives, each with 2 and 8 decoding streams;
+    and, given the decode-only step of ``THIN_DECODERS`` streams, a fifth where the slack
+    is thin: ``THIN_SLACK`` times that step, with that many streams."""
     # Down to a multiple of 10 ms, and no lower than the objective's floor of 10 ms.
     tight = max(10, math.floor(min(3 * decode_step_ms, 0.6 * default_slo_ms) / 10) * 10)
     out = {}
     for slo in (default_slo_ms, float(tight)):
         for decoders in (2, 8):
             out[f"slo{slo:g}-d{decoders}"] = {"itl_slo_ms": slo, "num_decoders": decoders}
+    if thin_decode_step_ms is not None:
+        thin = float(max(10, math.floor(THIN_SLACK * thin_decode_step_ms / 10) * 10))
+        out[f"slo{thin:g}-d{THIN_DECODERS}-thin"] = {
+            "itl_slo_ms": thin,
+            "num_decoders": THIN_DECODERS,
+        }
     return out

@@ -58,6 +58,8 @@ class DeadlinePlan:
         self.margin_correction = 1.0
         self._recent: deque[StepRecord] = deque(maxlen=RECENT_STEPS)
         self.num_zero_prefill_steps = 0
+        self.slack_rate_tokens_per_s: float | None = None
+        """Prefill tokens a second at the latest deadline-bound step's budget."""
         self.num_probe_steps = 0
         """Decode-only steps planned to measure the decodes on, while their fit is empty."""
         self.num_ttft_overdue_steps = 0
@@ -105,13 +107,18 @@ class DeadlinePlan:
         return Deadline(None, self.deadline_s(now_s, oldest_token_step), None, False)
 
     def deadline_s(self, now_s: float, oldest_token_step: int | None) -> float | None:
-        """The tightest stream deadline: its last token's step end + ``itl_slo_ms``."""
+        """The tightest stream deadline: its last token's step end + ``itl_slo_ms``, or
+        twice that for a stream that has already broken it (it stops holding every
+        prefill back, within twice its objective)."""
         if oldest_token_step is None:
             return None
+        base_s = self._base_s(now_s)
         token_s = self._end_s(oldest_token_step)
         if token_s is None:  # older than the steps kept: count from now
-            token_s = self._base_s(now_s)
-        return token_s + self._params.itl_slo_ms / 1000.0
+            token_s = base_s
+        itl_slo_s = self._params.itl_slo_ms / 1000.0
+        deadline_s = token_s + itl_slo_s
+        return deadline_s if deadline_s >= base_s else deadline_s + itl_slo_s
 
     def plan(
         self,
@@ -132,16 +139,23 @@ class DeadlinePlan:
         margin = self.margin_value()
         deadline_s = self.deadline_s(now_s, oldest_token_step)
         left = sum(remaining for _, remaining in candidates)
+        decodes = StepShape(num_decoding, decode_context_tokens)
+        decode_s = self.slack.decode_s(decodes)
         if deadline_s is None:
             cap = p.max_cap_tokens
         else:
-            decodes = StepShape(num_decoding, decode_context_tokens)
-            decode_s = self.slack.decode_s(decodes) * self.slack.decode_tail()
             # NOTE: under device the model predicts device time, and the stream waits
             # for the host's share as well.
-            slack_s = deadline_s - self._base_s(now_s) - self.host_s() - decode_s
-            cap, _ = self.slack.budget_tokens(slack_s, candidates, margin)
+            slack_s = (
+                deadline_s
+                - self._base_s(now_s)
+                - self.host_s()
+                - decode_s * self.slack.decode_tail()
+            )
+            cap, attention = self.slack.budget_tokens(slack_s, candidates, margin)
             cap = min(cap, p.max_cap_tokens)
+            step_s = decode_s + self.slack.increment_s(cap, attention)
+            self.slack_rate_tokens_per_s = cap / step_s if step_s > 0 else 0.0
         is_bound = cap < p.max_cap_tokens and cap < left
         # NOTE: a step that completes prefills ends with them: the first tokens come
         # at the end of the step, so a short prompt is not kept waiting for a step

@@ -108,6 +108,10 @@ class StepEvents:
         self._pending = _Pending(now_s, num_decoding, cap, is_planned, self._target_s, deadline)
         return cap
 
+    def slack_rate_tokens_per_s(self) -> float | None:
+        """Prefill tokens a second at the deadline plan's latest budget (None: not known)."""
+        return self._deadline_plan.slack_rate_tokens_per_s if self._params.plans_deadlines else None
+
     def prefill_rates(self) -> tuple[float, float] | None:
         """The cost model's prefill rates (``StepCostModel.prefill_rates``), or None."""
         if self._params.plans_deadlines:

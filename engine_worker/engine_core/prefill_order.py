@@ -19,12 +19,16 @@ Duck-typed on vLLM's ``Request`` (``num_tokens``, ``num_computed_tokens``,
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 MAX_HELD_STEPS = 4
 """Most consecutive capped steps a prefill in progress may go without tokens."""
+AT_RISK, ON_TIME, OUT_OF_REACH = 0, 1, 2
+"""TTFT classes under ``srpf``, served in this order: a prefill the slack's rate would not
+finish by its TTFT deadline (earliest deadline first), one it would (shortest remaining
+first), and one no rate would (shortest remaining first, at the slack's rate)."""
 
 
 class Candidate(NamedTuple):
@@ -75,11 +79,14 @@ def candidates_in_order(
     srpf: bool,
     by_priority: bool,
     starving_ids: frozenset[str] = frozenset(),
+    ttft_classes: Mapping[str, tuple[int, float]] | None = None,
 ) -> list[Candidate]:
     """The step's prefill candidates in the order the step should serve them.
 
     ``fcfs`` keeps vLLM's order (running, then waiting); ``srpf`` sorts by
-    (starving first, priority if ``by_priority``, remaining tokens, arrival).
+    (starving first, priority if ``by_priority``, TTFT class, the deadline of one at
+    risk, remaining tokens, arrival); ``ttft_classes`` maps a request id to its class
+    and deadline where it is not ``ON_TIME``.
     """
     candidates = []
     # NOTE: num_tokens, not num_prompt_tokens: a preempted request re-prefills its
@@ -93,11 +100,16 @@ def candidates_in_order(
     if not srpf:
         return candidates
 
-    def key(c: Candidate) -> tuple[int, int, int, float]:
+    classes = ttft_classes or {}
+
+    def key(c: Candidate) -> tuple[int, int, int, float, int, float]:
         request = c.request
+        ttft_class, deadline_s = classes.get(request.request_id, (ON_TIME, 0.0))
         return (
             0 if request.request_id in starving_ids else 1,
             request.priority if by_priority else 0,
+            ttft_class,
+            deadline_s if ttft_class == AT_RISK else 0.0,
             c.remaining_tokens,
             request.arrival_time,
         )

@@ -1,5 +1,5 @@
 """The prefills a capped step could serve, in the order it should (``prefill_order``),
-and which of them are urgent or past their TTFT deadline."""
+and which of them are at risk of, or past, their TTFT deadline."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from vllm.v1.request import Request, RequestStatus
 from engine_worker.contract.dlfp_config import PrefillOrder
 from engine_worker.engine_core.capped_step import is_decoding
 from engine_worker.engine_core.prefill_order import (
+    AT_RISK,
     MAX_HELD_STEPS,
+    OUT_OF_REACH,
     Candidate,
     candidates_in_order,
     vllm_order,
@@ -49,36 +51,47 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
             for request_id, num_held in self._num_held_steps.items()
             if num_held >= MAX_HELD_STEPS
         }
+        classes: dict[str, tuple[int, float]] = {}
         if srpf and now_unix_s:
-            first |= self._urgent_ids([*running_prefills, *waiting], now_unix_s)
+            classes = self._ttft_classes([*running_prefills, *waiting], now_unix_s)
         return candidates_in_order(
             running_prefills,
             waiting,
             srpf=srpf,
             by_priority=self.policy.value == "priority",
             starving_ids=frozenset(first),
+            ttft_classes=classes,
         )
 
-    def _urgent_ids(self, requests: Sequence[Request], now_unix_s: float) -> set[str]:
-        """Prefills whose TTFT slack is below their predicted remaining prefill time.
+    def _ttft_classes(
+        self, requests: Sequence[Request], now_unix_s: float
+    ) -> dict[str, tuple[int, float]]:
+        """Each prefill's TTFT class where it is not the default (``prefill_order``):
+        ``AT_RISK`` with its deadline where the rate the slack gives would not finish it
+        by its deadline, ``OUT_OF_REACH`` where no rate would (a lone prefill at full
+        speed would not).
 
-        Slack: arrival at the engine + ``ttft_slo_ms`` - now. The gateway's queue
-        before the engine is admission's business.
+        Deadline: arrival at the engine + ``ttft_slo_ms``. The gateway's queue before the
+        engine is admission's business.
         """
         rates = self.dlfp_controller.prefill_rates()
         if rates is None:
-            return set()
+            return {}
         per_token_s, per_context_s = rates
+        slack_rate = self.dlfp_controller.slack_rate_tokens_per_s()
         ttft_slo_s = self.dlfp_params.ttft_slo_ms / 1000.0
-        urgent = set()
+        classes = {}
         for request in requests:
-            slack_s = request.arrival_time + ttft_slo_s - now_unix_s
+            deadline_s = request.arrival_time + ttft_slo_s
+            left_s = deadline_s - now_unix_s
             computed = request.num_computed_tokens
             remaining = request.num_tokens - computed
-            needed_s = remaining * (per_token_s + per_context_s * (computed + remaining / 2))
-            if slack_s < needed_s:
-                urgent.add(request.request_id)
-        return urgent
+            alone_s = remaining * (per_token_s + per_context_s * (computed + remaining / 2))
+            if left_s < alone_s:
+                classes[request.request_id] = (OUT_OF_REACH, deadline_s)
+            elif slack_rate is not None and left_s * slack_rate < remaining:
+                classes[request.request_id] = (AT_RISK, deadline_s)
+        return classes
 
     def _is_ttft_overdue(self, candidates: Sequence[Candidate], now_unix_s: float) -> bool:
         """Whether a prefill the step could serve is past arrival + ``ttft_slo_ms``."""
