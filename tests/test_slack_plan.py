@@ -186,9 +186,9 @@ def test_the_fit_follows_a_drifting_speed_and_stays_near_the_plant() -> None:
     slack = run.controller._deadline_plan.slack
     rates = slack.prefill_rates()
     assert rates is not None
-    assert 0.5 <= rates[0] / plant.prefill_s_per_token <= 2.0, rates
+    assert 0.5 <= rates[0] / plant.work.prefill_s_per_token <= 2.0, rates
     decode_s = slack.decode_s(StepShape(NUM_STREAMS, CONTEXT))
-    true_decode_s = plant.decode_base_s + plant.decode_s * NUM_STREAMS
+    true_decode_s = plant.work.exact_s(StepShape(NUM_STREAMS, CONTEXT))
     assert 0.5 <= decode_s / true_decode_s <= 2.0, decode_s
     drifting = range(150, 350)
     zero = [s for s in drifting if run.prefill[s] == 0 and run.oracle[s] >= 1]

@@ -11,7 +11,7 @@ shape measured on the CPU engine: a decode-only step of 30 ms plus 2 ms a decode
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine_worker.controller.cost_model import StepShape
 
@@ -51,10 +51,12 @@ class DriftingPlant:
     ``step_s`` is called once a step, in order: the bursts and the drift follow the calls.
     """
 
-    decode_base_s: float = 0.090
-    decode_s: float = 0.011
-    prefill_s_per_token: float = 0.009
-    attention_s_per_token2: float = 1e-6
+    work: ContextPlant = field(
+        default_factory=lambda: ContextPlant(
+            base_s=0.090, decode_s=0.011, prefill_s_per_token=0.009, attention_s_per_token2=1e-6
+        )
+    )
+    """The step's time at a slowness of 1 (``ContextPlant.exact_s``; its noise unused)."""
     sigma: float = 0.05
     outlier_rate: float = 0.005
     burst: int = 3
@@ -79,13 +81,7 @@ class DriftingPlant:
 
     def exact_s(self, shape: StepShape, step: int | None = None) -> float:
         """The step's time without noise or outliers, at ``step``'s slowness."""
-        work = (
-            self.decode_base_s
-            + self.decode_s * shape.num_decode_tokens
-            + self.prefill_s_per_token * shape.num_prefill_tokens
-            + self.attention_s_per_token2 * shape.attention_tokens2
-        )
-        return work * self.slowness(self.num_steps if step is None else step)
+        return self.work.exact_s(shape) * self.slowness(self.num_steps if step is None else step)
 
     def step_s(self, shape: StepShape, rng: random.Random) -> float:
         """The next step's time: noise, and an outlier now and then."""

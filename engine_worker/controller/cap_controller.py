@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from engine_worker.controller.cost_model import StepCostModel, StepShape
+from engine_worker.controller.cost_model import StepCostModel
 from engine_worker.controller.deadline_plan import DeadlinePlan
 from engine_worker.controller.modes import ControllerMode, Observation
 from engine_worker.controller.params import (
@@ -108,13 +108,6 @@ class PrefillCapController(StepEvents):
     @property
     def cost_model(self) -> StepCostModel:
         return self._model
-
-    def observe_model(self, shape: StepShape, seconds: float) -> None:
-        """A step's time, as a completed step's observation feeds the models (a prefit)."""
-        if self._params.plans_deadlines:
-            self._deadline_plan.slack.observe(shape, seconds)
-        else:
-            self._model.observe(shape, seconds)
 
     @property
     def state(self) -> ControllerState:

@@ -60,8 +60,6 @@ class DeadlinePlan:
         self.num_zero_prefill_steps = 0
         self.slack_rate_tokens_per_s: float | None = None
         """Prefill tokens a second at the latest deadline-bound step's budget."""
-        self.num_probe_steps = 0
-        """Decode-only steps planned to measure the decodes on, while their fit is empty."""
         self.num_ttft_overdue_steps = 0
         self.num_deadline_steps = 0
         self.num_deadline_misses = 0

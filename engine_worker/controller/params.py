@@ -91,8 +91,10 @@ class CapParams:
     """dlfp-ct with feedforward only: plan each mixed step to the running streams'
     deadlines (deadline) or to allowance x target_ms (target)."""
     margin_quantile: float = _setting(0.99, ge=0.5, le=1)
-    """dlfp-ct deadline plan only: the quantile of observed/predicted step time, over the
-    last 128 mixed steps, that multiplies each prediction; floor 0.5."""
+    """dlfp-ct deadline plan only: the quantile, over the last 128 steps of each kind, of
+    the decode-only steps' observed/predicted time and of the mixed steps' time past it
+    per predicted prefill increment: the decodes' tail and the increment's margin; floor
+    0.5."""
     ttft_slo_ms: float = _setting(30_000.0, ge=100)
     """Time-to-first-token objective, ms: the gateway judges requests by it, and under srpf
     dlfp-ct's deadline plan serves first a prefill whose slack is below its predicted
@@ -205,11 +207,12 @@ class ControllerState:
     """``deadline`` or ``target`` while mixed steps are planned from the cost model
     (``dlfp-ct`` with ``feedforward``), else None."""
     margin: float | None = None
-    """Deadline plan: the factor on each prediction (quantile x correction), or None."""
+    """Deadline plan: the factor on each predicted prefill increment (quantile x
+    correction), or None."""
     margin_correction: float = 1.0
     """Deadline plan: the proportional correction of the margin toward 1% overruns."""
     margin_samples: int = 0
-    """Mixed steps in the margin's window (the margin is 1.5 until 16)."""
+    """Mixed steps in the margin's window (the margin is 1.5 until 8)."""
     num_zero_prefill_steps: int = 0
     """Steps with decodes and waiting prefill that carried no prefill: nothing fitted."""
     num_ttft_overdue_steps: int = 0

@@ -79,7 +79,6 @@ class StepEvents:
                 # NOTE: a decode-only step to measure the decodes on (the increment
                 # is what a mixed step takes beyond them); only until the fit has some.
                 cap, is_planned = 0, True
-                self._deadline_plan.num_probe_steps += 1
             elif candidates and self._params.plans_deadlines and slack.is_ready:
                 deadline = self._deadline_plan.plan(
                     now_s,
@@ -107,6 +106,15 @@ class StepEvents:
                 deadline = self._deadline_plan.unplanned(now_s, oldest_token_step)
         self._pending = _Pending(now_s, num_decoding, cap, is_planned, self._target_s, deadline)
         return cap
+
+    def observe_model(self, shape: StepShape, seconds: float) -> None:
+        """A step's time into the plan's model: the deadline plan's own (``slack_model``),
+        else the windowed fit the others share. Completed steps come here; so may a
+        prefit."""
+        if self._params.plans_deadlines:
+            self._deadline_plan.slack.observe(shape, seconds)
+        else:
+            self._model.observe(shape, seconds)
 
     def slack_rate_tokens_per_s(self) -> float | None:
         """Prefill tokens a second at the deadline plan's latest budget (None: not known)."""
@@ -185,12 +193,8 @@ class StepEvents:
         self._observation_in_force = observation
         observed_s = record.completion_timed_s(self._params.observation)
         if observed_s is not None and record.shape is not None:
-            # The model predicts the same quantity the feedback law corrects. The deadline
-            # plan has its own (slack_model); the others share the windowed fit.
-            if self._params.plans_deadlines:
-                self._deadline_plan.slack.observe(record.shape, observed_s)
-            else:
-                self._model.observe(record.shape, observed_s)
+            # The model predicts the same quantity the feedback law corrects.
+            self.observe_model(record.shape, observed_s)
         if self._params.controller == ControllerMode.DLFP_CT:
             self._observe(record, observed_s)
         return record
