@@ -212,6 +212,7 @@ class FakeEngine:
             "margin": 1.5 if plan == "deadline" else None,
             "margin_correction": 1.0,
             "margin_samples": 0,
+            "increment_samples": 0,
             "num_zero_prefill_steps": 0,
             "num_ttft_overdue_steps": 0,
             "num_deadline_steps": 0,

@@ -135,6 +135,7 @@ class PrefillCapController(StepEvents):
             margin=plan.margin_value() if self._params.plans_deadlines else None,
             margin_correction=plan.margin_correction,
             margin_samples=plan.slack.num_margin_samples,
+            increment_samples=plan.slack.num_increment_samples,
             num_zero_prefill_steps=plan.num_zero_prefill_steps,
             num_ttft_overdue_steps=plan.num_ttft_overdue_steps,
             num_deadline_steps=plan.num_deadline_steps,

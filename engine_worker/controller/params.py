@@ -212,7 +212,12 @@ class ControllerState:
     margin_correction: float = 1.0
     """Deadline plan: the proportional correction of the margin toward 1% overruns."""
     margin_samples: int = 0
-    """Mixed steps in the margin's window (the margin is 1.5 until 8)."""
+    """Mixed steps in the margin's window (the margin is 1.5 until 8). Only a step whose
+    prefill increment is at least a quarter of its decode time enters it."""
+    increment_samples: int = 0
+    """Deadline plan: mixed steps the prefill increment's fit took since start or the
+    model's reset (every completed mixed step once the decode time is known, outliers
+    aside)."""
     num_zero_prefill_steps: int = 0
     """Steps with decodes and waiting prefill that carried no prefill: nothing fitted."""
     num_ttft_overdue_steps: int = 0

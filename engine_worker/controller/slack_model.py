@@ -139,6 +139,10 @@ class SlackModel:
     def num_margin_samples(self) -> int:
         return self._increment_tail.size
 
+    @property
+    def num_increment_samples(self) -> int:
+        return self._increment.num_samples
+
     def decode_s(self, shape: StepShape) -> float:
         return max(self._decode.predict(_decode_features(shape)), 0.0)
 
