@@ -55,6 +55,9 @@ logger = logging.getLogger("dlfp.admission")
 
 SLO_RECHECK_S = 0.25
 """How often a queued request's SLO prediction is checked again."""
+NO_SLACK_SHARE = 0.5
+"""Share of the engine's planned steps carrying no prefill (the decodes left no slack) from
+which a new request is refused while prompts admitted before it still wait for prefill."""
 
 
 class AdmissionLimits(BaseModel):
@@ -179,6 +182,9 @@ class Admission:
         self._prompt_tokens_streaming = 0
         """Their prompts' tokens, summed."""
         self.draining = False
+        self.zero_prefill_share = 0.0
+        """Of the engine's recent planned steps, the share that carried no prefill because
+        the decodes left no slack (``telemetry.ZeroPrefillShare``)."""
 
     @property
     def num_active(self) -> int:
@@ -431,6 +437,23 @@ class Admission:
         self.check_capacity()
         if not self.limits.slo_check or ttft_slo_s is None:
             return
+        if self._pending_prefill and self.zero_prefill_share >= NO_SLACK_SHARE:
+            # NOTE: the engine already holds admitted prompts back for want of slack; one
+            # more only waits behind them. Nothing ahead: never refused (as below).
+            logger.info(
+                "refused: the decodes leave no slack for prefill",
+                extra={
+                    "event": "no_slack_refusal",
+                    "zero_prefill_share": round(self.zero_prefill_share, 3),
+                    "pending_prefill_tokens": self._pending_prefill,
+                },
+            )
+            raise AdmissionRejected(
+                "no_slack",
+                "the streams already decoding leave no time for another prompt's prefill "
+                "within their inter-token objective",
+                self.retry_after_s(),
+            )
         if self._pending_prefill or not self._fits(num_slots) or self._queue:
             predicted = self.predicted_ttft_s(
                 prefill_tokens, priority, num_slots, client=client, tenant=tenant

@@ -110,10 +110,15 @@ def create_app(
     def on_hung(message: str) -> None:
         state.serving.engine_error = message
 
+    def admission_share(share: float) -> None:
+        state.admission.zero_prefill_share = share
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         starter = asyncio.create_task(_start_engine(state))
-        poller = asyncio.create_task(poll_controller(engine, state.metrics))
+        poller = asyncio.create_task(
+            poll_controller(engine, state.metrics, on_zero_prefill_share=admission_share)
+        )
         lag = asyncio.create_task(watch_loop_lag(state.metrics.loop_lag))
         watcher = asyncio.create_task(watch_engine(state.watch, on_hung))
         app.state.engine_starter = starter

@@ -81,6 +81,7 @@ REJECTION_REASONS = (
     "queue_full",
     "queue_timeout",
     "slo",
+    "no_slack",
     "draining",
     "client_share",
     "pre_admission_timeout",

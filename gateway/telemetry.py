@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import Counter
@@ -40,6 +41,27 @@ def plan_gauge_values(plan: object) -> dict[str, float]:
     """``dlfp_controller_plan`` by label: 1 for the plan in force, 0 for the others."""
     in_force = "none" if plan is None else str(plan)
     return {name: float(name == in_force) for name in CONTROLLER_PLANS}
+
+
+class ZeroPrefillShare:
+    """The share of the deadline plan's steps that carried no prefill, over the last
+    ``polls`` polls (``num_zero_prefill_steps`` over ``num_planned_steps``): admission's
+    signal that the decodes leave no slack (``Admission.zero_prefill_share``)."""
+
+    def __init__(self, polls: int = 4) -> None:
+        self._deltas: deque[tuple[int, int]] = deque(maxlen=polls)
+        self._last: tuple[int, int] | None = None
+
+    def update(self, live: Mapping[str, Any]) -> float:
+        zero, planned = live.get("num_zero_prefill_steps"), live.get("num_planned_steps")
+        if not isinstance(zero, int) or not isinstance(planned, int):
+            return 0.0  # an engine that does not plan deadlines
+        last = self._last
+        if last is not None and zero >= last[0] and planned >= last[1]:
+            self._deltas.append((zero - last[0], planned - last[1]))
+        self._last = (zero, planned)
+        num_planned = sum(p for _, p in self._deltas)
+        return sum(z for z, _ in self._deltas) / num_planned if num_planned else 0.0
 
 
 class ControllerMirror:
@@ -76,9 +98,16 @@ class ControllerMirror:
             self._last_counts[key] = now
 
 
-async def poll_controller(engine: Engine, metrics: GatewayMetrics, interval_s: float = 0.5) -> None:
-    """Runs until cancelled; a failed poll is logged once and retried."""
+async def poll_controller(
+    engine: Engine,
+    metrics: GatewayMetrics,
+    interval_s: float = 0.5,
+    on_zero_prefill_share: Callable[[float], None] | None = None,
+) -> None:
+    """Runs until cancelled; a failed poll is logged once and retried. Each poll also
+    gives ``on_zero_prefill_share`` the share of recent planned steps with no prefill."""
     mirror = ControllerMirror(metrics)
+    share = ZeroPrefillShare()
     failing = False
     while True:
         await asyncio.sleep(interval_s)
@@ -95,6 +124,8 @@ async def poll_controller(engine: Engine, metrics: GatewayMetrics, interval_s: f
             continue
         failing = False
         mirror.apply(live)
+        if on_zero_prefill_share is not None:
+            on_zero_prefill_share(share.update(live))
 
 
 def set_controller_target(metrics: GatewayMetrics, target_ms: object) -> None:

@@ -306,3 +306,16 @@ async def test_an_estimate_learnt_in_a_slow_spell_fades_instead_of_refusing_for_
     assert admission.ttft_estimate.line()[0] + 20 * admission.ttft_estimate.line()[1] < 20.0
     release.set()
     await ahead
+
+
+async def test_no_slack_sheds_new_requests_only_while_prompts_wait_behind_decodes() -> None:
+    admission = Admission(AdmissionLimits(max_concurrent=8))
+    admission.zero_prefill_share = 0.8  # the engine's planned steps mostly carry no prefill
+    async with admission.slot(prefill_tokens=500, ttft_slo_s=30.0):  # nothing ahead of it
+        with pytest.raises(AdmissionRejected) as shed:
+            async with admission.slot(prefill_tokens=10, ttft_slo_s=30.0):
+                pass
+        assert shed.value.reason == "no_slack"
+        admission.zero_prefill_share = 0.2
+        async with admission.slot(prefill_tokens=10, ttft_slo_s=30.0):
+            pass

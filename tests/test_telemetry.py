@@ -11,6 +11,7 @@ import pytest
 from gateway.metrics import GatewayMetrics, build_metrics
 from gateway.telemetry import (
     ControllerMirror,
+    ZeroPrefillShare,
     cap_gauge_value,
     counter_increment,
     plan_gauge_values,
@@ -152,3 +153,13 @@ async def test_poller_copies_the_engines_state_into_the_exposition() -> None:
         "dlfp_controller_deadline_misses_total 4.0",
     ):
         assert line in lines, line
+
+
+def test_zero_prefill_share_is_over_the_latest_polls_and_survives_a_restart() -> None:
+    share = ZeroPrefillShare(polls=2)
+    assert share.update({"num_zero_prefill_steps": 5, "num_planned_steps": 10}) == 0.0
+    assert share.update({"num_zero_prefill_steps": 13, "num_planned_steps": 20}) == 0.8
+    assert share.update({"num_zero_prefill_steps": 13, "num_planned_steps": 30}) == 0.4
+    assert share.update({"num_zero_prefill_steps": 13, "num_planned_steps": 40}) == 0.0
+    assert share.update({"num_zero_prefill_steps": 0, "num_planned_steps": 1}) == 0.0
+    assert share.update({}) == 0.0

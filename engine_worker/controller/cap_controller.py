@@ -138,6 +138,8 @@ class PrefillCapController(StepEvents):
             increment_samples=plan.slack.num_increment_samples,
             num_zero_prefill_steps=plan.num_zero_prefill_steps,
             num_ttft_overdue_steps=plan.num_ttft_overdue_steps,
+            num_planned_steps=plan.num_planned_steps,
+            num_boost_steps=plan.num_boost_steps,
             num_deadline_steps=plan.num_deadline_steps,
             num_deadline_misses=plan.num_deadline_misses,
             observation_in_force=self._observation_in_force

@@ -12,7 +12,9 @@ tail, fits the slack the tightest stream deadline leaves after the decodes' own 
 No floor: a 1-token step is allowed, and a step carries no prefill only when not even one
 token fits (counted: ``num_zero_prefill_steps``). A prefill past its TTFT deadline is not
 forced beyond the slack: it goes on at the slack's rate. A step that completes prefills
-ends with them (see ``DeadlinePlan.plan``). Under ``observation: device`` the plan works
+ends with them (see ``DeadlinePlan.plan``). A prefill at risk of its TTFT deadline may
+go beyond the slack where the steps it needs fit the overrun allowance the streams'
+quantile objective leaves (see ``DeadlinePlan.plan``). Under ``observation: device`` the plan works
 in completion time: it adds the host's share (``host_share``) to each predicted device
 time. ``m`` is the increment's tail quantile times a proportional correction toward 1%
 of deadline-bound steps ending late (``margin.corrected``). Equations in
@@ -21,6 +23,7 @@ docs/scheduler.md, "Deadline plan".
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +38,8 @@ from engine_worker.controller.step_timing import StepRecord
 
 RECENT_STEPS = 64
 """Steps whose end times the deadline plan can look up (a stream's last token is in one)."""
+OVERRUN_WINDOW = 200
+"""Completed deadline steps over which the overrun allowance is counted."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,8 @@ class Deadline:
     deadline_s: float | None
     margin: float | None
     is_bound: bool
+    is_boost: bool = False
+    """Whether the step goes beyond the slack to finish a prefill at risk of its TTFT."""
 
 
 class DeadlinePlan:
@@ -63,6 +70,11 @@ class DeadlinePlan:
         self.num_ttft_overdue_steps = 0
         self.num_deadline_steps = 0
         self.num_deadline_misses = 0
+        self.num_planned_steps = 0
+        """Steps the plan sized (decodes and prefill candidates)."""
+        self.num_boost_steps = 0
+        self._late: deque[bool] = deque(maxlen=OVERRUN_WINDOW)
+        self._boosts_in_flight = 0
 
     def apply_params(self, params: CapParams) -> None:
         self._params = params
@@ -73,6 +85,7 @@ class DeadlinePlan:
         self.slack.reset()
         self.host_share.reset()
         self.margin_correction = 1.0
+        self._late.clear()
 
     def margin_value(self) -> float:
         return self.slack.margin() * self.margin_correction
@@ -96,9 +109,19 @@ class DeadlinePlan:
         # A step scheduled while nothing decoded may count idle time in its interval.
         if device_s is not None and completion_s is not None and record.num_decoding > 0:
             self.host_share.observe(completion_s, device_s)
+        if record.is_boost:
+            self._boosts_in_flight = max(self._boosts_in_flight - 1, 0)
         if record.deadline_s is not None and record.done_at_s is not None:
+            is_late = record.done_at_s > record.deadline_s
             self.num_deadline_steps += 1
-            self.num_deadline_misses += record.done_at_s > record.deadline_s
+            self.num_deadline_misses += is_late
+            self._late.append(is_late)
+
+    def overrun_allowance(self) -> float:
+        """Overruns the streams' objective still allows: ``(1 - q) N`` over the last ``N``
+        completed deadline steps, less those that ended late and the boosts in flight."""
+        allowed = (1.0 - self._params.margin_quantile) * len(self._late)
+        return allowed - sum(self._late) - self._boosts_in_flight
 
     def unplanned(self, now_s: float, oldest_token_step: int | None) -> Deadline:
         """The deadline of a step the plan did not size (no candidates, no model yet)."""
@@ -126,13 +149,31 @@ class DeadlinePlan:
         candidates: Sequence[tuple[int, int]],
         oldest_token_step: int | None,
         ttft_overdue: bool = False,
+        head_ttft_left_s: float | None = None,
     ) -> Deadline:
         """The step's cap: the tokens the slack allows, 0 where not one fits.
 
         ``ttft_overdue`` (a candidate is past its TTFT deadline) is counted, not acted
         on: such a prefill goes on at the slack's rate, never forced beyond it.
+
+        ``head_ttft_left_s``: the time left to the first candidate's TTFT deadline where
+        the slack's rate would not finish it by then (at risk), else None. The step then
+        goes beyond the slack for it (a boost; equation in docs/scheduler.md, "Deadline
+        plan") when the boosts it needs fit the overrun allowance:
+
+        - a boost gives it the tokens of a step that ends within one more ITL objective
+          (``m * I(B) <= slack + itl_slo``), so every stream's gap stays under twice its
+          objective;
+        - at the latest start: one boost that finishes it (``R <= B``, ``R`` its remaining
+          tokens), and earlier ones only where the slack's rate ``r`` would not bring it
+          within one boost in time (``(R - B) / r + 2 itl_slo > left``): then
+          ``k = ceil((R - r * left) / (B - b))`` boosts, ``b`` the slack's budget;
+        - ``k <= overrun_allowance()``: the late gaps it costs are within the share the
+          streams' ``q`` quantile objective allows, so no stream's objective is broken
+          for the TTFT objective it saves.
         """
         p = self._params
+        self.num_planned_steps += 1
         self.num_ttft_overdue_steps += ttft_overdue
         margin = self.margin_value()
         deadline_s = self.deadline_s(now_s, oldest_token_step)
@@ -154,6 +195,10 @@ class DeadlinePlan:
             cap = min(cap, p.max_cap_tokens)
             step_s = decode_s + self.slack.increment_s(cap, attention)
             self.slack_rate_tokens_per_s = cap / step_s if step_s > 0 else 0.0
+            if head_ttft_left_s is not None and candidates:
+                boost = self._boost_tokens(cap, slack_s, candidates[0], margin, head_ttft_left_s)
+                if boost:
+                    return Deadline(boost, deadline_s, margin, False, is_boost=True)
         is_bound = cap < p.max_cap_tokens and cap < left
         # NOTE: a step that completes prefills ends with them: the first tokens come
         # at the end of the step, so a short prompt is not kept waiting for a step
@@ -169,13 +214,40 @@ class DeadlinePlan:
         self.num_zero_prefill_steps += cap == 0
         return Deadline(cap, deadline_s, margin, is_bound)
 
+    def _boost_tokens(
+        self, cap: int, slack_s: float, head: tuple[int, int], margin: float, left_s: float
+    ) -> int:
+        """The at-risk head's boost (``plan``), 0 where the rule does not allow one."""
+        remaining = head[1]
+        rate = self.slack_rate_tokens_per_s or 0.0
+        deficit = remaining - rate * max(left_s, 0.0)
+        itl_slo_s = self._params.itl_slo_ms / 1000.0
+        tokens, _ = self.slack.budget_tokens(slack_s + itl_slo_s, [head], margin)
+        tokens = min(tokens, self._params.max_cap_tokens)
+        if deficit <= 0 or tokens <= cap:
+            return 0
+        num_boosts = 1
+        if remaining > tokens:
+            # NOTE: latest start: one boost that finishes it, once the slack's rate has
+            # brought it within one, costs the least; boost now only if that comes too
+            # late (a boosted step ends within twice the objective).
+            reach_s = (remaining - tokens) / rate + 2 * itl_slo_s if rate > 0 else math.inf
+            if reach_s <= left_s:
+                return 0
+            num_boosts = math.ceil(deficit / (tokens - cap))
+        if num_boosts > self.overrun_allowance():
+            return 0
+        self.num_boost_steps += 1
+        self._boosts_in_flight += 1
+        return tokens
+
     def observe(self, record: StepRecord, observed_s: float) -> bool:
         """A guarded deadline-planned mixed step: the margin's correction.
 
         Returns whether the correction was updated (a feedback step).
         """
-        if record.deadline_s is None or record.done_at_s is None:
-            return False
+        if record.deadline_s is None or record.done_at_s is None or record.is_boost:
+            return False  # a boost is late by design: it says nothing of the margin
         if self.slack.is_outlier(record.predicted_s, observed_s) and not self.slack.is_slower:
             return False  # no margin meets it; the slack model counts it
         overrun = record.done_at_s > record.deadline_s

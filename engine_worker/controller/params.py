@@ -221,7 +221,13 @@ class ControllerState:
     num_zero_prefill_steps: int = 0
     """Steps with decodes and waiting prefill that carried no prefill: nothing fitted."""
     num_ttft_overdue_steps: int = 0
-    """Steps where nothing fitted but a prefill past its TTFT deadline got min_cap_tokens."""
+    """Deadline plan: planned steps with a prefill past its TTFT deadline (it goes on at the
+    slack's rate)."""
+    num_planned_steps: int = 0
+    """Deadline plan: steps it sized (decodes and prefill waiting)."""
+    num_boost_steps: int = 0
+    """Deadline plan: steps that went beyond the slack to finish a prefill at risk of its
+    TTFT deadline, within the overrun allowance."""
     num_deadline_steps: int = 0
     """Completed steps planned to a stream deadline."""
     num_deadline_misses: int = 0

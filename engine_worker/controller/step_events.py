@@ -52,6 +52,7 @@ class StepEvents:
         decode_context_tokens: int = 0,
         oldest_token_step: int | None = None,
         ttft_overdue: bool = False,
+        head_ttft_left_s: float | None = None,
     ) -> int | None:
         """Before ``schedule()``: the prefill cap for this step, None for no cap, 0 for
         no prefill at all.
@@ -61,7 +62,9 @@ class StepEvents:
         for them. The deadline plan also reads ``oldest_token_step``, the index
         of the step that produced (or will produce) the last token of the stream
         that has waited longest (None: no stream binds the step), and
-        ``ttft_overdue``, whether a candidate is past its TTFT deadline.
+        ``ttft_overdue``, whether a candidate is past its TTFT deadline, and
+        ``head_ttft_left_s``, the time left to the first one's where the slack's rate
+        would miss it (else None).
         """
         now_s = self._now(now_s)
         previous = self._timeline.close_interval(now_s)
@@ -87,6 +90,7 @@ class StepEvents:
                     candidates,
                     oldest_token_step,
                     ttft_overdue,
+                    head_ttft_left_s,
                 )
                 cap, is_planned = deadline.cap_tokens, True
             elif candidates and self._is_planning and not self._params.plans_deadlines:
@@ -170,6 +174,7 @@ class StepEvents:
             margin=None if deadline is None else deadline.margin,
             margin_correction=self._deadline_plan.margin_correction,
             is_deadline_bound=deadline is not None and deadline.is_bound,
+            is_boost=deadline is not None and deadline.is_boost,
         )
         self._num_mixed_steps += record.is_mixed
         self._num_decode_free_steps += pending.num_decoding == 0

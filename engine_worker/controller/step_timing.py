@@ -91,6 +91,8 @@ class StepRecord:
     """The margin's correction in force when the step was scheduled."""
     is_deadline_bound: bool = False
     """Whether the deadline, rather than the cap's bounds or the prefills left, set the cap."""
+    is_boost: bool = False
+    """Whether the deadline plan went beyond the slack to finish a prefill at TTFT risk."""
 
     @property
     def is_mixed(self) -> bool:

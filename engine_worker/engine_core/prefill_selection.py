@@ -13,6 +13,7 @@ from engine_worker.engine_core.capped_step import is_decoding
 from engine_worker.engine_core.prefill_order import (
     AT_RISK,
     MAX_HELD_STEPS,
+    ON_TIME,
     OUT_OF_REACH,
     Candidate,
     candidates_in_order,
@@ -27,6 +28,9 @@ _SCHEDULABLE = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 # the vLLM scheduler next in the MRO. (The ignore is for mypy runs that skip vLLM.)
 class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
     """Lists a capped step's prefill candidates from vLLM's ``running`` and ``waiting``."""
+
+    _head_deadline_s: float | None = None
+    """The TTFT deadline (Unix s) of the latest candidates' first where it is at risk."""
 
     def _prefill_candidates(self, now_unix_s: float) -> list[Candidate]:
         """The prefills a capped step could serve, in the order it should."""
@@ -54,7 +58,7 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         classes: dict[str, tuple[int, float]] = {}
         if srpf and now_unix_s:
             classes = self._ttft_classes([*running_prefills, *waiting], now_unix_s)
-        return candidates_in_order(
+        candidates = candidates_in_order(
             running_prefills,
             waiting,
             srpf=srpf,
@@ -62,6 +66,11 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
             starving_ids=frozenset(first),
             ttft_classes=classes,
         )
+        self._head_deadline_s = None
+        if classes and candidates:
+            ttft_class, deadline_s = classes.get(candidates[0].request.request_id, (ON_TIME, 0.0))
+            self._head_deadline_s = deadline_s if ttft_class == AT_RISK else None
+        return candidates
 
     def _ttft_classes(
         self, requests: Sequence[Request], now_unix_s: float
@@ -92,6 +101,12 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
             elif slack_rate is not None and left_s * slack_rate < remaining:
                 classes[request.request_id] = (AT_RISK, deadline_s)
         return classes
+
+    def _head_ttft_left_s(self, candidates: Sequence[Candidate], now_unix_s: float) -> float | None:
+        """The time left to the first candidate's TTFT deadline where it is at risk (the
+        plan may go beyond the slack for it: ``deadline_plan.DeadlinePlan.plan``)."""
+        deadline_s = self._head_deadline_s
+        return None if not candidates or deadline_s is None else deadline_s - now_unix_s
 
     def _is_ttft_overdue(self, candidates: Sequence[Candidate], now_unix_s: float) -> bool:
         """Whether a prefill the step could serve is past arrival + ``ttft_slo_ms``."""

@@ -104,6 +104,7 @@ class DLFPSchedulerMixin(  # type: ignore[misc, unused-ignore]
             if plans_deadlines
             else None,
             ttft_overdue=plans_deadlines and self._is_ttft_overdue(candidates, now_unix_s),
+            head_ttft_left_s=self._head_ttft_left_s(candidates, now_unix_s),
         )
         if cap_tokens is None or not has_prefills:
             cap_tokens = None
