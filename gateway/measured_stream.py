@@ -25,6 +25,9 @@ from gateway.request_meter import RequestMeter
 
 logger = logging.getLogger("dlfp.gateway")
 
+_CLOSING: set[asyncio.Future[None]] = set()
+"""Closings in progress, held until they end (the loop keeps only weak references)."""
+
 
 class MeasuredStream:
     def __init__(
@@ -119,10 +122,21 @@ class MeasuredStream:
         return chunk
 
     async def aclose(self) -> None:
-        """Idempotent: end the engine request if unfinished, free the slot, record."""
+        """Idempotent: end the engine request if unfinished, free the slot, record.
+
+        The closing runs to its end even when its caller is cancelled: a client's
+        disconnect cancels the response's task group, whose cancellation is raised again
+        at every await within it, and an abort skipped there would leave the engine
+        request decoding to its ``max_tokens`` for no one."""
         if self._closed:
             return
         self._closed = True
+        closing = asyncio.ensure_future(self._close())
+        _CLOSING.add(closing)
+        closing.add_done_callback(_CLOSING.discard)
+        await asyncio.shield(closing)
+
+    async def _close(self) -> None:
         stream, self._engine_stream = self._engine_stream, None
         timing, self._first_output = self._first_output, None
         try:

@@ -148,7 +148,19 @@ def test_concurrent_streams_all_complete(gateway_server: Server) -> None:
     assert all(r == (16, 16, "length") for r in results), results
 
 
+def _generated_tokens(server: Server) -> float:
+    text = httpx.get(server.base_url + "/metrics", timeout=30).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:generation_tokens_total")
+    )
+
+
 def test_disconnect_mid_stream_aborts_engine_request(gateway_server: Server) -> None:
+    """Aborted, not run out: the engine stops far short of ``max_tokens`` (a small model
+    may decode 2,000 tokens before a poll for "nothing running" would notice)."""
+    generated = _generated_tokens(gateway_server)
     body = {
         "model": TINY_MODEL_NAME,
         "messages": MESSAGES,
@@ -169,3 +181,4 @@ def test_disconnect_mid_stream_aborts_engine_request(gateway_server: Server) -> 
     while running_requests(gateway_server) > 0 and time.monotonic() < deadline:
         time.sleep(0.5)
     assert running_requests(gateway_server) == 0
+    assert _generated_tokens(gateway_server) - generated < 1000

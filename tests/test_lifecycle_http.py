@@ -68,6 +68,20 @@ async def test_disconnect_aborts_a_non_streamed_request() -> None:
         assert 'dlfp_requests_total{endpoint="chat",outcome="aborted"} 1.0' in metrics
 
 
+async def test_disconnect_aborts_a_streamed_request_after_its_first_token() -> None:
+    """The response's task group is cancelled at the disconnect, and its cancellation is
+    raised again at every await in it: the engine abort must not be one of those skipped."""
+    engine = FakeEngine(delay_s=0.05)
+    async with fake_client(engine) as (_, app, _):
+        body = CHAT | {"max_tokens": 200, "stream": True}
+        sent = await asyncio.wait_for(call_asgi(app, "/v1/chat/completions", body, 0.3), 5)
+        assert any(b"data: " in m.get("body", b"") for m in sent)  # it streamed first
+        await asyncio.sleep(0.1)
+        (rid, *_), *_ = engine.submitted
+        assert rid in engine.aborted
+        assert engine.running == set()
+
+
 async def test_same_client_request_id_gets_distinct_engine_and_completion_ids() -> None:
     engine = FakeEngine(delay_s=0.01)
     async with fake_client(engine) as (client, _, _):
