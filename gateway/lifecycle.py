@@ -32,6 +32,7 @@ import uuid
 from asyncio import FIRST_COMPLETED
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from typing import Any
 
 from fastapi import Request
@@ -50,6 +51,7 @@ from gateway.admission import AdmissionRejected, ClientDisconnected, Reservation
 from gateway.auth import bearer_token, client_id, key_matches
 from gateway.errors import APIError
 from gateway.measured_stream import MeasuredStream
+from gateway.objectives import resolve
 from gateway.openai_format import Formatter
 from gateway.openai_request import EndpointInput
 from gateway.protocol import MAX_PRIORITY, ChatCompletion, Completion, Usage
@@ -105,6 +107,7 @@ class Lifecycle:
         try:
             given.check_size(engine)
             prompt_ids, options = await self._prepare(given, client)
+            options = self._objectives(given.body, options, tenant, meter)
             charge = len(prompt_ids) + options.n * options.max_tokens
             await gateway.rates.admit(tenant.name, tenant.limits, charge)
             stack = AsyncExitStack()
@@ -118,6 +121,20 @@ class Lifecycle:
         salt = tenant_salt(tenant.name, given.body.cache_salt)
         await stream.submit(prompt_ids, options, priority, salt)
         return stream, given.formatter(completion_id, engine.info.model_name)
+
+    def _objectives(
+        self, body: Any, options: SamplingOptions, tenant: Tenant, meter: RequestMeter
+    ) -> SamplingOptions:
+        """The request's objectives (``objectives.resolve``): its meter judges it by them,
+        and the options carry its own or its tenant's to admission and the engine."""
+        config = self.gateway.dlfp.config
+        objectives = resolve(
+            body.ttft_slo_ms, body.itl_slo_ms, tenant.limits, config.ttft_slo_ms, config.itl_slo_ms
+        )
+        meter.objectives = objectives
+        return replace(
+            options, ttft_slo_ms=objectives.own_ttft_slo_ms, itl_slo_ms=objectives.own_itl_slo_ms
+        )
 
     def _priority(self, body: Any, tenant: Tenant) -> int:
         """X-Priority, else the body's ``priority``, else the tenant's; lower is served
@@ -246,7 +263,7 @@ class Lifecycle:
         slot = gateway.admission.slot(
             prefill_tokens=num_prompt_tokens,
             priority=priority,
-            ttft_slo_s=(tenant.limits.ttft_slo_ms or gateway.dlfp.config.ttft_slo_ms) / 1000,
+            ttft_slo_s=(options.ttft_slo_ms or gateway.dlfp.config.ttft_slo_ms) / 1000,
             reservation=reservation,
             num_slots=options.n,
             measured=not (structured or options.json_object),

@@ -15,6 +15,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from prometheus_client.exposition import generate_latest
 
 from engine_worker.contract.dlfp_config import Plan
+from gateway.objectives import OBJECTIVE_SOURCES
 
 # Dense around the CPU and GPU ITL targets: every 10 ms from 10 to 200 ms.
 DEFAULT_ITL_BUCKETS_S: tuple[float, ...] = (
@@ -107,6 +108,7 @@ class GatewayMetrics:
     prompt_tokens: Counter
     generation_tokens: Counter
     admission_rejections: Counter
+    goodput: Counter
     admin_changes: Counter
     active_requests: Gauge
     queued_requests: Gauge
@@ -146,6 +148,17 @@ def build_metrics(
     )
     for reason in REJECTION_REASONS:
         rejections.labels(reason=reason)
+    goodput = Counter(
+        "dlfp_goodput_requests",
+        "Requests that reached the engine and ended, by where their objectives came from "
+        "(request, tenant or gateway) and whether they met both (TTFT, and the 0.99 "
+        "quantile of their gaps); a client's abort is not counted.",
+        ["source", "met"],
+        registry=r,
+    )
+    for source in OBJECTIVE_SOURCES:
+        for met in ("true", "false"):
+            goodput.labels(source=source, met=met)
     cap = Gauge(
         "dlfp_controller_cap_tokens",
         "Prefill cap of the DLFP controller's latest capped step while requests decode "
@@ -197,6 +210,7 @@ def build_metrics(
             "dlfp_generation_tokens", "Tokens generated and sent to clients.", registry=r
         ),
         admission_rejections=rejections,
+        goodput=goodput,
         admin_changes=Counter(
             "dlfp_admin_changes", "Accepted runtime settings changes through /admin/*.", registry=r
         ),

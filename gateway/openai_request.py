@@ -116,6 +116,8 @@ def _output_fields(body: ChatCompletionRequest | CompletionRequest) -> dict[str,
         "bad_words": tuple(body.bad_words or ()),
         "allowed_token_ids": None if allowed is None else tuple(allowed),
         "watermarking": body.watermarking,
+        "ttft_slo_ms": body.ttft_slo_ms,
+        "itl_slo_ms": body.itl_slo_ms,
     }
 
 

@@ -317,6 +317,13 @@ class EngineFields(_Request):
     vllm_xargs: Annotated[
         dict[str, Any] | None, Refused("no sampling plugin reads them", also=({},))
     ] = None
+    ttft_slo_ms: float | None = Field(default=None, ge=100, le=600_000)
+    """Gateway extension: this request's time-to-first-token objective, ms (100 to
+    600,000); else its tenant's, else the gateway's. Admission judges the request by it,
+    and the engine orders prefills by it (docs/api.md, "Objectives per request")."""
+    itl_slo_ms: float | None = Field(default=None, ge=10, le=60_000)
+    """Gateway extension: this request's inter-token objective, ms (10 to 60,000); else its
+    tenant's, else the gateway's. The controller plans the prefill beside its stream to it."""
 
 
 class TemplateFields(_Request):

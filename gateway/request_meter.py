@@ -20,6 +20,7 @@ from engine_worker.contract.api import GenerationChunk
 from gateway.admission import AdmissionRejected
 from gateway.errors import outcome_of
 from gateway.metrics import GatewayMetrics, Outcome
+from gateway.objectives import Objectives
 from gateway.tenant_meter import TenantMeter
 
 logger = logging.getLogger("dlfp.request")
@@ -43,6 +44,9 @@ class RequestMeter:
         self._first_token_s: float | None = None
         self._last_token_s: dict[int, float] = {}
         self._num_generated: dict[int, int] = {}
+        self.objectives: Objectives | None = None
+        """What the request is judged by (``objectives.resolve``), once known."""
+        self._gaps_s: list[float] = []
 
     # --- before the engine ---
 
@@ -89,12 +93,14 @@ class RequestMeter:
             previous = self._last_token_s.get(choice.index)
             if previous is not None:
                 metrics.itl.observe(now - previous)
+                self._gaps_s.append(now - previous)
             elif self._first_token_s is None:
                 self._first_token_s = now
                 metrics.ttft.observe(now - self._arrival_s)
                 self.tenant.first_token(now - self._arrival_s)
             for _ in range(n - 1):
                 metrics.itl.observe(0.0)
+                self._gaps_s.append(0.0)
             self._last_token_s[choice.index] = now
             self._num_generated[choice.index] = self._num_generated.get(choice.index, 0) + n
             metrics.generation_tokens.inc(n)
@@ -111,6 +117,10 @@ class RequestMeter:
         if outcome == "ok" and last is not None:
             metrics.e2e.observe(last - self._arrival_s)
         ttft = None if self._first_token_s is None else self._first_token_s - self._arrival_s
+        objectives = self.objectives
+        if objectives is not None and outcome != "aborted":
+            met = outcome == "ok" and ttft is not None and objectives.met(ttft, self._gaps_s)
+            metrics.goodput.labels(source=objectives.source, met=str(met).lower()).inc()
         logger.info(
             "request finished",
             extra={

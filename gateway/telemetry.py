@@ -46,7 +46,8 @@ def plan_gauge_values(plan: object) -> dict[str, float]:
 class ZeroPrefillShare:
     """The share of the deadline plan's steps that carried no prefill, over the last
     ``polls`` polls (``num_zero_prefill_steps`` over ``num_planned_steps``): admission's
-    signal that the decodes leave no slack (``Admission.zero_prefill_share``)."""
+    signal that the decodes leave no slack (``Admission.zero_prefill_share``). A poll with
+    no planned step clears it: the signal is about the plan in force now."""
 
     def __init__(self, polls: int = 4) -> None:
         self._deltas: deque[tuple[int, int]] = deque(maxlen=polls)
@@ -57,9 +58,13 @@ class ZeroPrefillShare:
         if not isinstance(zero, int) or not isinstance(planned, int):
             return 0.0  # an engine that does not plan deadlines
         last = self._last
-        if last is not None and zero >= last[0] and planned >= last[1]:
-            self._deltas.append((zero - last[0], planned - last[1]))
         self._last = (zero, planned)
+        if last is None or zero < last[0] or planned <= last[1]:
+            # NOTE: no planned step since the last poll (another controller, a reset, an
+            # idle engine, a restart): no evidence of starvation now, so none is kept.
+            self._deltas.clear()
+            return 0.0
+        self._deltas.append((zero - last[0], planned - last[1]))
         num_planned = sum(p for _, p in self._deltas)
         return sum(z for z, _ in self._deltas) / num_planned if num_planned else 0.0
 

@@ -6,10 +6,15 @@ through ``bench summary --check``.
 The records are the source and the summaries derived from them: a change to the
 statistics, the records' reader or a folder that moves shows up here, and is fixed by
 rerunning the same command without ``--check``.
+
+A superseded folder whose raw records were dropped (to keep ``bench/results`` small) has
+a ``DROPPED.md`` naming what went and the commit that holds it; it keeps its summaries and
+its command, and is not re-analysed.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -18,7 +23,12 @@ from gateway.cli import main as gateway_main
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-FOLDERS = sorted(p.parent.relative_to(ROOT) for p in RESULTS.rglob("summary.json"))
+DROPPED = sorted(p.parent.relative_to(ROOT) for p in RESULTS.glob("*/DROPPED.md"))
+FOLDERS = sorted(
+    p.parent.relative_to(ROOT)
+    for p in RESULTS.rglob("summary.json")
+    if not any(p.is_relative_to(ROOT / d) for d in DROPPED)
+)
 
 
 def _is_episodes(folder: Path) -> bool:
@@ -32,6 +42,14 @@ def _is_sweep(folder: Path) -> bool:
 def test_every_results_folder_is_checked() -> None:
     assert len(FOLDERS) >= 8, FOLDERS
     assert any(_is_sweep(f) for f in FOLDERS) and not all(_is_sweep(f) for f in FOLDERS)
+
+
+@pytest.mark.parametrize("folder", DROPPED, ids=[f.name for f in DROPPED])
+def test_a_folder_without_its_records_says_where_they_are(folder: Path) -> None:
+    note = (ROOT / folder / "DROPPED.md").read_text()
+    assert re.search(r"\bgit checkout [0-9a-f]{7,40} -- ", note), note
+    assert list((ROOT / folder).rglob("summary.json")) or list((ROOT / folder).rglob("*.md"))
+    assert list((ROOT / folder).glob("run.sh")) or "command" in note.lower()
 
 
 @pytest.mark.parametrize(

@@ -155,11 +155,15 @@ async def test_poller_copies_the_engines_state_into_the_exposition() -> None:
         assert line in lines, line
 
 
-def test_zero_prefill_share_is_over_the_latest_polls_and_survives_a_restart() -> None:
+def test_zero_prefill_share_is_over_the_latest_polls_and_cleared_without_planned_steps() -> None:
     share = ZeroPrefillShare(polls=2)
     assert share.update({"num_zero_prefill_steps": 5, "num_planned_steps": 10}) == 0.0
     assert share.update({"num_zero_prefill_steps": 13, "num_planned_steps": 20}) == 0.8
     assert share.update({"num_zero_prefill_steps": 13, "num_planned_steps": 30}) == 0.4
     assert share.update({"num_zero_prefill_steps": 13, "num_planned_steps": 40}) == 0.0
+    assert share.update({"num_zero_prefill_steps": 20, "num_planned_steps": 50}) == 0.35
+    # Another controller (nothing planned): the old starvation no longer counts.
+    assert share.update({"num_zero_prefill_steps": 20, "num_planned_steps": 50}) == 0.0
+    assert share.update({"num_zero_prefill_steps": 30, "num_planned_steps": 60}) == 1.0
     assert share.update({"num_zero_prefill_steps": 0, "num_planned_steps": 1}) == 0.0
     assert share.update({}) == 0.0

@@ -7,6 +7,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from engine_worker.contract.api import (
+    ITL_SLO_ARG,
+    TTFT_SLO_ARG,
     ChoiceDelta,
     EngineDeadError,
     GenerationChunk,
@@ -53,7 +55,18 @@ def _sampling_params(options: SamplingOptions) -> Any:
         ignore_eos=options.ignore_eos,
         structured_outputs=structured,
         output_kind=RequestOutputKind.DELTA,
+        extra_args=_objective_args(options),
     )
+
+
+def _objective_args(options: SamplingOptions) -> dict[str, float] | None:
+    """The request's own objectives for the scheduler (``contract.api.TTFT_SLO_ARG``)."""
+    args = {
+        key: value
+        for key, value in ((TTFT_SLO_ARG, options.ttft_slo_ms), (ITL_SLO_ARG, options.itl_slo_ms))
+        if value is not None
+    }
+    return args or None
 
 
 def _logprobs(token_ids: list[int], entries: Any) -> list[TokenLogprob] | None:

@@ -81,6 +81,18 @@ class SamplingOptions:
     """None = every token; else sample only among these."""
     watermarking: bool | None = None
     """None = the engine's default (a watermark only if the engine has one configured)."""
+    ttft_slo_ms: float | None = None
+    """The request's own time-to-first-token objective (its or its tenant's), ms; None =
+    the controller's ``ttft_slo_ms`` (the engine plans its prefill order to it)."""
+    itl_slo_ms: float | None = None
+    """The request's own inter-token objective, ms; None = the controller's ``itl_slo_ms``
+    (the engine plans the prefill beside its stream to it)."""
+
+
+TTFT_SLO_ARG = "dlfp_ttft_slo_ms"
+ITL_SLO_ARG = "dlfp_itl_slo_ms"
+"""Where a request's own objectives travel to the scheduler: vLLM's
+``SamplingParams.extra_args`` under these keys."""
 
 
 @dataclass(frozen=True)

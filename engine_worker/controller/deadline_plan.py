@@ -75,6 +75,8 @@ class DeadlinePlan:
         self.num_boost_steps = 0
         self._late: deque[bool] = deque(maxlen=OVERRUN_WINDOW)
         self._boosts_in_flight = 0
+        self._binding_itl_slo_s = params.itl_slo_ms / 1000.0
+        """The objective of the stream whose deadline bound the latest plan, s."""
 
     def apply_params(self, params: CapParams) -> None:
         self._params = params
@@ -123,23 +125,40 @@ class DeadlinePlan:
         allowed = (1.0 - self._params.margin_quantile) * len(self._late)
         return allowed - sum(self._late) - self._boosts_in_flight
 
-    def unplanned(self, now_s: float, oldest_token_step: int | None) -> Deadline:
+    def unplanned(
+        self,
+        now_s: float,
+        oldest_token_step: int | None,
+        own_deadlines: Sequence[tuple[int, float]] = (),
+    ) -> Deadline:
         """The deadline of a step the plan did not size (no candidates, no model yet)."""
-        return Deadline(None, self.deadline_s(now_s, oldest_token_step), None, False)
+        return Deadline(None, self.deadline_s(now_s, oldest_token_step, own_deadlines), None, False)
 
-    def deadline_s(self, now_s: float, oldest_token_step: int | None) -> float | None:
-        """The tightest stream deadline: its last token's step end + ``itl_slo_ms``, or
+    def deadline_s(
+        self,
+        now_s: float,
+        oldest_token_step: int | None,
+        own_deadlines: Sequence[tuple[int, float]] = (),
+    ) -> float | None:
+        """The tightest stream deadline: a last token's step end + its stream's objective
+        (``itl_slo_ms`` for ``oldest_token_step``, their own for ``own_deadlines``), or
         twice that for a stream that has already broken it (it stops holding every
         prefill back, within twice its objective)."""
-        if oldest_token_step is None:
-            return None
         base_s = self._base_s(now_s)
-        token_s = self._end_s(oldest_token_step)
-        if token_s is None:  # older than the steps kept: count from now
-            token_s = base_s
-        itl_slo_s = self._params.itl_slo_ms / 1000.0
-        deadline_s = token_s + itl_slo_s
-        return deadline_s if deadline_s >= base_s else deadline_s + itl_slo_s
+        tightest: float | None = None
+        steps = own_deadlines
+        if oldest_token_step is not None:
+            steps = [(oldest_token_step, self._params.itl_slo_ms / 1000.0), *own_deadlines]
+        for step_index, itl_slo_s in steps:
+            token_s = self._end_s(step_index)
+            if token_s is None:  # older than the steps kept: count from now
+                token_s = base_s
+            deadline_s = token_s + itl_slo_s
+            if deadline_s < base_s:
+                deadline_s += itl_slo_s
+            if tightest is None or deadline_s < tightest:
+                tightest, self._binding_itl_slo_s = deadline_s, itl_slo_s
+        return tightest
 
     def plan(
         self,
@@ -150,6 +169,7 @@ class DeadlinePlan:
         oldest_token_step: int | None,
         ttft_overdue: bool = False,
         head_ttft_left_s: float | None = None,
+        own_deadlines: Sequence[tuple[int, float]] = (),
     ) -> Deadline:
         """The step's cap: the tokens the slack allows, 0 where not one fits.
 
@@ -176,7 +196,7 @@ class DeadlinePlan:
         self.num_planned_steps += 1
         self.num_ttft_overdue_steps += ttft_overdue
         margin = self.margin_value()
-        deadline_s = self.deadline_s(now_s, oldest_token_step)
+        deadline_s = self.deadline_s(now_s, oldest_token_step, own_deadlines)
         left = sum(remaining for _, remaining in candidates)
         decodes = StepShape(num_decoding, decode_context_tokens)
         decode_s = self.slack.decode_s(decodes)
@@ -221,7 +241,7 @@ class DeadlinePlan:
         remaining = head[1]
         rate = self.slack_rate_tokens_per_s or 0.0
         deficit = remaining - rate * max(left_s, 0.0)
-        itl_slo_s = self._params.itl_slo_ms / 1000.0
+        itl_slo_s = self._binding_itl_slo_s
         tokens, _ = self.slack.budget_tokens(slack_s + itl_slo_s, [head], margin)
         tokens = min(tokens, self._params.max_cap_tokens)
         if deficit <= 0 or tokens <= cap:

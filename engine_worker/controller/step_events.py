@@ -51,6 +51,7 @@ class StepEvents:
         candidates: Sequence[tuple[int, int]] = (),
         decode_context_tokens: int = 0,
         oldest_token_step: int | None = None,
+        own_deadlines: Sequence[tuple[int, float]] = (),
         ttft_overdue: bool = False,
         head_ttft_left_s: float | None = None,
     ) -> int | None:
@@ -61,7 +62,9 @@ class StepEvents:
         as ``(computed_tokens, remaining_tokens)``; the feed-forward cap plans
         for them. The deadline plan also reads ``oldest_token_step``, the index
         of the step that produced (or will produce) the last token of the stream
-        that has waited longest (None: no stream binds the step), and
+        that has waited longest (None: no stream binds the step) among those planned to
+        ``itl_slo_ms``, ``own_deadlines``, ``(step index, objective in s)`` of the oldest
+        token of the streams with an objective of their own, and
         ``ttft_overdue``, whether a candidate is past its TTFT deadline, and
         ``head_ttft_left_s``, the time left to the first one's where the slack's rate
         would miss it (else None).
@@ -91,6 +94,7 @@ class StepEvents:
                     oldest_token_step,
                     ttft_overdue,
                     head_ttft_left_s,
+                    own_deadlines,
                 )
                 cap, is_planned = deadline.cap_tokens, True
             elif candidates and self._is_planning and not self._params.plans_deadlines:
@@ -107,7 +111,7 @@ class StepEvents:
             if candidates:  # a decode-only step applies no cap worth reporting
                 self._applied_cap_tokens, self._last_planned = cap, is_planned
             if deadline is None and self._params.plans_deadlines:
-                deadline = self._deadline_plan.unplanned(now_s, oldest_token_step)
+                deadline = self._deadline_plan.unplanned(now_s, oldest_token_step, own_deadlines)
         self._pending = _Pending(now_s, num_decoding, cap, is_planned, self._target_s, deadline)
         return cap
 

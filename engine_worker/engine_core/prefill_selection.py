@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
+from engine_worker.contract.api import TTFT_SLO_ARG
 from engine_worker.contract.dlfp_config import PrefillOrder
 from engine_worker.engine_core.capped_step import is_decoding
 from engine_worker.engine_core.prefill_order import (
@@ -88,10 +89,9 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
             return {}
         per_token_s, per_context_s = rates
         slack_rate = self.dlfp_controller.slack_rate_tokens_per_s()
-        ttft_slo_s = self.dlfp_params.ttft_slo_ms / 1000.0
         classes = {}
         for request in requests:
-            deadline_s = request.arrival_time + ttft_slo_s
+            deadline_s = request.arrival_time + self._ttft_slo_s(request)
             left_s = deadline_s - now_unix_s
             computed = request.num_computed_tokens
             remaining = request.num_tokens - computed
@@ -110,5 +110,20 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
 
     def _is_ttft_overdue(self, candidates: Sequence[Candidate], now_unix_s: float) -> bool:
         """Whether a prefill the step could serve is past arrival + ``ttft_slo_ms``."""
-        ttft_slo_s = self.dlfp_params.ttft_slo_ms / 1000.0
-        return any(c.request.arrival_time + ttft_slo_s < now_unix_s for c in candidates)
+        return any(
+            c.request.arrival_time + self._ttft_slo_s(c.request) < now_unix_s for c in candidates
+        )
+
+    def _ttft_slo_s(self, request: Request) -> float:
+        """The request's own TTFT objective (``contract.api.TTFT_SLO_ARG``), else the
+        controller's ``ttft_slo_ms``; seconds."""
+        own_ms = own_objective_ms(request, TTFT_SLO_ARG)
+        return (own_ms if own_ms is not None else self.dlfp_params.ttft_slo_ms) / 1000.0
+
+
+def own_objective_ms(request: Request, key: str) -> float | None:
+    """A request's own objective under ``key`` in its sampling parameters' ``extra_args``."""
+    params = request.sampling_params
+    args = params.extra_args if params is not None else None
+    value = args.get(key) if args else None
+    return float(value) if isinstance(value, int | float) else None

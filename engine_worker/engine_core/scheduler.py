@@ -30,6 +30,7 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 
 from engine_worker.contract.additional_config import read_dlfp_config
+from engine_worker.contract.api import ITL_SLO_ARG
 from engine_worker.contract.dlfp_config import ControllerMode, Observation
 from engine_worker.contract.step_ring import STEP_INDEX_ATTR, StepRing
 from engine_worker.controller.cap_controller import PrefillCapController
@@ -38,7 +39,7 @@ from engine_worker.controller.step_timing import StepRecord
 from engine_worker.engine_core.capped_step import CappedStepMixin, is_decoding, needs_decodes_first
 from engine_worker.engine_core.control_plane import ControlPlaneMixin
 from engine_worker.engine_core.prefill_order import Candidate
-from engine_worker.engine_core.prefill_selection import PrefillSelectionMixin
+from engine_worker.engine_core.prefill_selection import PrefillSelectionMixin, own_objective_ms
 from engine_worker.engine_core.utilities import install_engine_core_utilities
 
 __all__ = [
@@ -96,13 +97,15 @@ class DLFPSchedulerMixin(  # type: ignore[misc, unused-ignore]
         # vLLM's own order under no cap: nothing to plan or select.
         is_capping = has_prefills and decodes and self.dlfp_params.controller != ControllerMode.OFF
         candidates = self._prefill_candidates(now_unix_s) if is_capping else []
+        oldest_step, own_deadlines = (
+            self._token_steps_by_objective(decodes, candidates) if plans_deadlines else (None, [])
+        )
         cap_tokens = self.dlfp_controller.on_schedule(
             len(decodes),
             candidates=[(c.computed_tokens, c.remaining_tokens) for c in candidates],
             decode_context_tokens=sum(r.num_computed_tokens for r in decodes),
-            oldest_token_step=self._oldest_token_step(decodes, candidates)
-            if plans_deadlines
-            else None,
+            oldest_token_step=oldest_step,
+            own_deadlines=own_deadlines,
             ttft_overdue=plans_deadlines and self._is_ttft_overdue(candidates, now_unix_s),
             head_ttft_left_s=self._head_ttft_left_s(candidates, now_unix_s),
         )
@@ -160,10 +163,13 @@ class DLFPSchedulerMixin(  # type: ignore[misc, unused-ignore]
             )
         return device_s
 
-    def _oldest_token_step(
+    def _token_steps_by_objective(
         self, decodes: Sequence[Request], candidates: Sequence[Candidate]
-    ) -> int | None:
-        """The step of the oldest last token among the streams that bind this step.
+    ) -> tuple[int | None, list[tuple[int, float]]]:
+        """The step of the oldest last token among the streams that bind this step and
+        plan to the controller's ``itl_slo_ms``; and, for the streams with an objective of
+        their own (``contract.api.ITL_SLO_ARG``), the oldest step per objective, with it
+        in seconds.
 
         Every decoding stream binds, except under ``priority`` scheduling, where a
         stream of lower priority than the first prefill (a larger value) does not:
@@ -172,9 +178,19 @@ class DLFPSchedulerMixin(  # type: ignore[misc, unused-ignore]
         if candidates and self.policy.value == "priority":
             head_priority = candidates[0].request.priority
             decodes = [r for r in decodes if r.priority <= head_priority]
-        steps = [self._token_steps.get(r.request_id) for r in decodes]
-        known = [step for step in steps if step is not None]
-        return min(known) if known else None
+        token_steps = self._token_steps
+        oldest: int | None = None
+        own: dict[float, int] = {}
+        for request in decodes:
+            step = token_steps.get(request.request_id)
+            if step is None:
+                continue
+            itl_slo_ms = own_objective_ms(request, ITL_SLO_ARG)
+            if itl_slo_ms is None:
+                oldest = step if oldest is None else min(oldest, step)
+            elif step < own.get(itl_slo_ms, step + 1):
+                own[itl_slo_ms] = step
+        return oldest, [(step, itl_slo_ms / 1000.0) for itl_slo_ms, step in own.items()]
 
     def _note_token_steps(
         self, output: SchedulerOutput, token_ids: Sequence[str], step_index: int

@@ -154,6 +154,12 @@
     for (const s of metrics.get("dlfp_admission_rejections_total") || []) {
       rejections[s.labels.reason] = (rejections[s.labels.reason] || 0) + s.value;
     }
+    const goodput = {};
+    for (const s of metrics.get("dlfp_goodput_requests_total") || []) {
+      const g = goodput[s.labels.source] || (goodput[s.labels.source] = { met: 0, all: 0 });
+      g.all += s.value;
+      if (s.labels.met === "true") g.met += s.value;
+    }
     const snap = {
       t,
       itl: histogram(metrics, "dlfp_itl_seconds"),
@@ -196,6 +202,7 @@
     view = {
       snap,
       outcomes,
+      goodput,
       rejections,
       minuteAgeS: t - minuteBase.t,
       itlMinute: delta(snap.itl, minuteBase.itl),
@@ -404,6 +411,13 @@
     const shedBy = Object.entries(view.rejections).filter(([, v]) => v > 0).map(([k, v]) => `${k} ${fmt(v)}`);
     byId("tile-errors-detail").textContent = parts.map(([k, name]) => `${name} ${fmt(outcomes[k] || 0)}`).join(" · ") +
       (shedBy.length ? ` (shed: ${shedBy.join(", ")})` : "");
+    // Since start, by where the objectives came from (request, tenant or gateway).
+    const sources = Object.entries(view.goodput).filter(([, g]) => g.all > 0);
+    const met = sources.reduce((a, [, g]) => a + g.met, 0);
+    const all = sources.reduce((a, [, g]) => a + g.all, 0);
+    byId("tile-goodput").textContent = all ? `${fmt((100 * met) / all)}%` : "–";
+    byId("tile-goodput-detail").textContent = sources
+      .map(([name, g]) => `${name} ${fmt(g.met)}/${fmt(g.all)}`).join(" · ");
     byId("tile-tokens").textContent = fmt(snap.tokens);
     byId("tile-tokens-rate").textContent = `${fmt(view.tokensPerS)} tokens/s over ${WINDOW_S} s`;
     byId("tile-load").textContent = `${fmt(last.active)} / ${fmt(last.queued)}`;
