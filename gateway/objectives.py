@@ -31,13 +31,17 @@ class Objectives:
     source: ObjectiveSource
     """The most specific place either objective came from."""
 
-    def met(self, ttft_s: float, gaps_s: list[float]) -> bool:
-        """Whether a first token after ``ttft_s`` and these gaps meet both objectives: the
-        TTFT, and the ``GAP_QUANTILE`` of the gaps (no more than 1% of them above it)."""
+    def is_late(self, gap_s: float) -> bool:
+        """Whether a gap between two of the stream's tokens is over its ITL objective."""
+        return gap_s * 1000.0 > self.itl_slo_ms
+
+    def met(self, ttft_s: float, num_gaps: int, num_late_gaps: int) -> bool:
+        """Whether a first token after ``ttft_s`` and ``num_gaps`` gaps, ``num_late_gaps``
+        of them late (``is_late``), meet both objectives: the TTFT, and the
+        ``GAP_QUANTILE`` of the gaps (no more than 1% of them above it)."""
         if ttft_s * 1000.0 > self.ttft_slo_ms:
             return False
-        late = sum(gap * 1000.0 > self.itl_slo_ms for gap in gaps_s)
-        return late <= int((1.0 - GAP_QUANTILE) * len(gaps_s))
+        return num_late_gaps <= int((1.0 - GAP_QUANTILE) * num_gaps)
 
 
 def resolve(

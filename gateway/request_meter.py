@@ -46,7 +46,9 @@ class RequestMeter:
         self._num_generated: dict[int, int] = {}
         self.objectives: Objectives | None = None
         """What the request is judged by (``objectives.resolve``), once known."""
-        self._gaps_s: list[float] = []
+        self._num_gaps = 0
+        self._num_late_gaps = 0
+        """Gaps between tokens, and those over the ITL objective (counted once it is known)."""
 
     # --- before the engine ---
 
@@ -93,18 +95,22 @@ class RequestMeter:
             previous = self._last_token_s.get(choice.index)
             if previous is not None:
                 metrics.itl.observe(now - previous)
-                self._gaps_s.append(now - previous)
+                self._gap(now - previous)
             elif self._first_token_s is None:
                 self._first_token_s = now
                 metrics.ttft.observe(now - self._arrival_s)
                 self.tenant.first_token(now - self._arrival_s)
             for _ in range(n - 1):
                 metrics.itl.observe(0.0)
-                self._gaps_s.append(0.0)
+                self._gap(0.0)
             self._last_token_s[choice.index] = now
             self._num_generated[choice.index] = self._num_generated.get(choice.index, 0) + n
             metrics.generation_tokens.inc(n)
             self.tenant.completion(n)
+
+    def _gap(self, gap_s: float) -> None:
+        self._num_gaps += 1
+        self._num_late_gaps += self.objectives is not None and self.objectives.is_late(gap_s)
 
     def ended(self, outcome: Outcome, completion_id: str) -> None:
         """A request that reached the engine: its outcome, its latency and its log line."""
@@ -119,7 +125,11 @@ class RequestMeter:
         ttft = None if self._first_token_s is None else self._first_token_s - self._arrival_s
         objectives = self.objectives
         if objectives is not None and outcome != "aborted":
-            met = outcome == "ok" and ttft is not None and objectives.met(ttft, self._gaps_s)
+            met = (
+                outcome == "ok"
+                and ttft is not None
+                and objectives.met(ttft, self._num_gaps, self._num_late_gaps)
+            )
             metrics.goodput.labels(source=objectives.source, met=str(met).lower()).inc()
         logger.info(
             "request finished",

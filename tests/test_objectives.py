@@ -49,10 +49,16 @@ def test_the_request_wins_over_its_tenant_which_wins_over_the_gateway() -> None:
 
 def test_met_takes_the_ttft_and_at_most_one_gap_in_a_hundred_above_the_objective() -> None:
     objectives = resolve(1000, 100, TenantLimits(), 30_000, 500)
-    assert objectives.met(0.9, [0.05] * 99 + [0.3])
-    assert not objectives.met(0.9, [0.05] * 98 + [0.3, 0.3])
-    assert not objectives.met(1.1, [0.05] * 10)
-    assert objectives.met(0.5, [])
+
+    def met(ttft_s: float, gaps_s: list[float]) -> bool:
+        late = sum(objectives.is_late(gap_s) for gap_s in gaps_s)
+        return objectives.met(ttft_s, len(gaps_s), late)
+
+    assert met(0.9, [0.05] * 99 + [0.3])
+    assert not met(0.9, [0.05] * 98 + [0.3, 0.3])
+    assert not met(1.1, [0.05] * 10)
+    assert met(0.5, [])
+    assert objectives.is_late(0.101) and not objectives.is_late(0.1)
 
 
 def test_own_objectives_travel_in_extra_args_and_the_gateways_do_not() -> None:

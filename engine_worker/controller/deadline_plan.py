@@ -75,8 +75,6 @@ class DeadlinePlan:
         self.num_boost_steps = 0
         self._late: deque[bool] = deque(maxlen=OVERRUN_WINDOW)
         self._boosts_in_flight = 0
-        self._binding_itl_slo_s = params.itl_slo_ms / 1000.0
-        """The objective of the stream whose deadline bound the latest plan, s."""
 
     def apply_params(self, params: CapParams) -> None:
         self._params = params
@@ -144,8 +142,19 @@ class DeadlinePlan:
         (``itl_slo_ms`` for ``oldest_token_step``, their own for ``own_deadlines``), or
         twice that for a stream that has already broken it (it stops holding every
         prefill back, within twice its objective)."""
+        return self._binding(now_s, oldest_token_step, own_deadlines)[0]
+
+    def _binding(
+        self,
+        now_s: float,
+        oldest_token_step: int | None,
+        own_deadlines: Sequence[tuple[int, float]],
+    ) -> tuple[float | None, float]:
+        """``deadline_s``, and the objective (s) of the stream whose deadline it is (the
+        controller's ``itl_slo_ms`` when no stream binds)."""
         base_s = self._base_s(now_s)
         tightest: float | None = None
+        binding_s = self._params.itl_slo_ms / 1000.0
         steps = own_deadlines
         if oldest_token_step is not None:
             steps = [(oldest_token_step, self._params.itl_slo_ms / 1000.0), *own_deadlines]
@@ -157,8 +166,8 @@ class DeadlinePlan:
             if deadline_s < base_s:
                 deadline_s += itl_slo_s
             if tightest is None or deadline_s < tightest:
-                tightest, self._binding_itl_slo_s = deadline_s, itl_slo_s
-        return tightest
+                tightest, binding_s = deadline_s, itl_slo_s
+        return tightest, binding_s
 
     def plan(
         self,
@@ -196,7 +205,7 @@ class DeadlinePlan:
         self.num_planned_steps += 1
         self.num_ttft_overdue_steps += ttft_overdue
         margin = self.margin_value()
-        deadline_s = self.deadline_s(now_s, oldest_token_step, own_deadlines)
+        deadline_s, itl_slo_s = self._binding(now_s, oldest_token_step, own_deadlines)
         left = sum(remaining for _, remaining in candidates)
         decodes = StepShape(num_decoding, decode_context_tokens)
         decode_s = self.slack.decode_s(decodes)
@@ -216,7 +225,9 @@ class DeadlinePlan:
             step_s = decode_s + self.slack.increment_s(cap, attention)
             self.slack_rate_tokens_per_s = cap / step_s if step_s > 0 else 0.0
             if head_ttft_left_s is not None and candidates:
-                boost = self._boost_tokens(cap, slack_s, candidates[0], margin, head_ttft_left_s)
+                boost = self._boost_tokens(
+                    cap, slack_s, candidates[0], margin, head_ttft_left_s, itl_slo_s
+                )
                 if boost:
                     return Deadline(boost, deadline_s, margin, False, is_boost=True)
         is_bound = cap < p.max_cap_tokens and cap < left
@@ -235,13 +246,19 @@ class DeadlinePlan:
         return Deadline(cap, deadline_s, margin, is_bound)
 
     def _boost_tokens(
-        self, cap: int, slack_s: float, head: tuple[int, int], margin: float, left_s: float
+        self,
+        cap: int,
+        slack_s: float,
+        head: tuple[int, int],
+        margin: float,
+        left_s: float,
+        itl_slo_s: float,
     ) -> int:
-        """The at-risk head's boost (``plan``), 0 where the rule does not allow one."""
+        """The at-risk head's boost (``plan``), 0 where the rule does not allow one;
+        ``itl_slo_s`` is the objective of the stream whose deadline binds the step."""
         remaining = head[1]
         rate = self.slack_rate_tokens_per_s or 0.0
         deficit = remaining - rate * max(left_s, 0.0)
-        itl_slo_s = self._binding_itl_slo_s
         tokens, _ = self.slack.budget_tokens(slack_s + itl_slo_s, [head], margin)
         tokens = min(tokens, self._params.max_cap_tokens)
         if deficit <= 0 or tokens <= cap:
