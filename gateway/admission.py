@@ -75,6 +75,9 @@ class AdmissionLimits(BaseModel):
     """Longest a request waits for a slot before a 429."""
     slo_check: bool = True
     """Turn away requests predicted to miss ttft_slo_ms."""
+    no_slack_check: bool = True
+    """Refuse new requests (429 no_slack) while most of the controller's planned steps
+    carry no prefill and admitted prompts still wait for theirs."""
     slo_queue_check: bool = True
     """Also predict the wait for a slot, and refuse a queued request as soon as its wait
     so far plus its prediction exceeds ttft_slo_ms."""
@@ -437,7 +440,11 @@ class Admission:
         self.check_capacity()
         if not self.limits.slo_check or ttft_slo_s is None:
             return
-        if self._pending_prefill and self.zero_prefill_share >= NO_SLACK_SHARE:
+        if (
+            self.limits.no_slack_check
+            and self._pending_prefill
+            and self.zero_prefill_share >= NO_SLACK_SHARE
+        ):
             # NOTE: the engine already holds admitted prompts back for want of slack; one
             # more only waits behind them. Nothing ahead: never refused (as below).
             logger.info(

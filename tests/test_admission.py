@@ -319,3 +319,13 @@ async def test_no_slack_sheds_new_requests_only_while_prompts_wait_behind_decode
         admission.zero_prefill_share = 0.2
         async with admission.slot(prefill_tokens=10, ttft_slo_s=30.0):
             pass
+
+
+async def test_no_slack_check_off_admits_behind_decodes_that_leave_no_slack() -> None:
+    admission = Admission(AdmissionLimits(max_concurrent=8, no_slack_check=False))
+    admission.zero_prefill_share = 0.8
+    async with (
+        admission.slot(prefill_tokens=500, ttft_slo_s=30.0),
+        admission.slot(prefill_tokens=10, ttft_slo_s=30.0),
+    ):
+        pass  # the SLO check alone judges it (no throughput measured yet): admitted

@@ -149,8 +149,16 @@ def _runs(args: argparse.Namespace, prepared: dict[str, Any]) -> list[EpisodeRun
     check_arm_names(names, baseline)
     if args.conditions:
         found = prepared["conditions"]["conditions"]
+        only = args.only.split(",") if args.only else list(found)
+        unknown = sorted(set(only) - set(found))
+        if unknown:
+            raise ValueError(
+                f"--only: no condition {', '.join(unknown)} (known: {', '.join(found)})"
+            )
         items = [
-            (args.results / name, c["itl_slo_ms"], c["num_decoders"]) for name, c in found.items()
+            (args.results / name, c["itl_slo_ms"], c["num_decoders"])
+            for name, c in found.items()
+            if name in only
         ]
     else:
         items = [(args.results, args.itl_slo_ms, args.decoders or DEFAULT_DECODERS)]
@@ -206,6 +214,8 @@ def handler(args: argparse.Namespace) -> int:
     def episodes() -> None:
         if args.conditions and (args.decoders is not None or args.itl_slo_ms is not None):
             raise ValueError("--conditions sets the decoding streams and the objective itself")
+        if args.only and not args.conditions:
+            raise ValueError("--only picks among --conditions")
         if args.base_url:
             counter = load_counter(args.tokenizer)
             prepared = asyncio.run(_prepare(args, counter))
@@ -275,6 +285,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="five conditions (one folder each): itl_slo_ms at the gateway's setting and at "
         "min(3 x lone decode step, 0.6 x it), with 2 and 8 decoding streams, and thin slack: "
         "1.7 x the decode-only step of 8 streams, with 8",
+    )
+    p.add_argument(
+        "--only", help="with --conditions: run only these (comma-separated condition names)"
     )
     p.add_argument("--tokenizer", help="local tokenizer directory for prompt lengths")
     p.add_argument("--no-plots", action="store_true")

@@ -45,6 +45,10 @@ from bench.lib.tokens import TokenCounter
 
 EPISODE_SEED_BASE = 5000
 """Episode e replays the prompts of seed ``EPISODE_SEED_BASE + e``."""
+ADMISSION_PATCH: dict[str, Any] = {"no_slack_check": False}
+"""Applied in every arm: admission's ``no_slack`` shedding refuses arrivals only under
+``dlfp-ct``, and the arms must serve the same arrivals to be compared (recorded in the
+plan; a plan without it ran with the gateway's admission settings)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,7 @@ def _check_plan(path: Path, plan: dict[str, Any]) -> dict[str, Any]:
         saved = json.loads(path.read_text(encoding="utf-8"))
         saved.setdefault("order", "rotate")
         saved.setdefault("counter", plan["counter"])
+        saved.setdefault("admission_patch", {})
         differing = sorted(k for k in plan if k != "order" and saved.get(k) != plan[k])
         if differing:
             raise ValueError(
@@ -126,6 +131,7 @@ async def run_episodes(run: EpisodeRun, baseline: dict[str, Any], counter: Token
         "episode_seed_base": EPISODE_SEED_BASE,
         "arms": {a.name: a.admin_patch for a in run.arms},
         "order": ORDER,
+        "admission_patch": ADMISSION_PATCH,
         "counter": counter.name,
         "client": run.client.public() | {"cache_salt": None},
     }
@@ -170,7 +176,7 @@ async def _run_one(
     base_url = run.client.base_url
     await wait_ready(http, base_url, run.client.api_key, run.ready_timeout_s)
     await wait_drained(http, base_url)
-    patch = baseline | (arm.admin_patch or {})
+    patch = baseline | ADMISSION_PATCH | (arm.admin_patch or {})
     await apply_admin_patch(http, base_url, patch, run.admin_token)
     # NOTE: a PATCH that keeps the mode keeps the learned cap and cost model: reset, so
     # that every arm's run starts from the same controller state.
