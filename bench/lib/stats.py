@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -210,3 +211,45 @@ def summarize(trials: Sequence[Trial], slo: SLO) -> Summary:
     _controller_steps(trials, summary)
     _machine_speed(trials, summary)
     return summary
+
+
+def bootstrap_percentile_interval(
+    groups: Sequence[Sequence[float]],
+    q: float,
+    *,
+    num_resamples: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float] | None:
+    """A percentile bootstrap interval of ``percentile`` of the pooled ``groups``,
+    resampling whole groups (episodes, trials) with replacement; None for fewer than two
+    non-empty groups. ``seed`` fixes the resamples, so a summary recomputes to the bit.
+
+    Each resample pools the values of the groups it drew and takes their q-th percentile;
+    the interval is the ``(1 - level) / 2`` and ``(1 + level) / 2`` percentiles of those.
+    Only a pool's upper order statistics matter for a high q, so each group is sorted once
+    and a resample merges only the top of each group it drew.
+    """
+    present = [sorted(g, reverse=True) for g in groups if g]
+    if len(present) < 2:
+        return None
+    rng = random.Random(seed)
+    estimates = []
+    for _ in range(num_resamples):
+        drawn = [present[rng.randrange(len(present))] for _ in present]
+        estimates.append(_top_percentile(drawn, q))
+    ordered = [sorted(estimates, reverse=True)]
+    tail = 100 * (1 - level) / 2
+    return _top_percentile(ordered, tail), _top_percentile(ordered, 100 - tail)
+
+
+def _top_percentile(descending: Sequence[Sequence[float]], q: float) -> float:
+    """``percentile`` of the pooled groups (each sorted high to low), from their tops."""
+    n = sum(len(g) for g in descending)
+    rank = (n - 1) * q / 100.0
+    low = math.floor(rank)
+    high = min(low + 1, n - 1)
+    needed = n - low  # the ascending order statistics low and high are among the top needed
+    top = sorted(itertools.chain.from_iterable(g[:needed] for g in descending), reverse=True)
+    at_low, at_high = top[n - 1 - low], top[n - 1 - high]
+    return at_low + (at_high - at_low) * (rank - low)
