@@ -5,6 +5,7 @@ re-analyse the raw records; ``bench crosscheck`` runs vLLM's own benchmark clien
 beside this one; ``bench vllm-server`` serves the baseline vLLM OpenAI server;
 ``bench abuse`` runs bounded abuse scenarios against a gateway on loopback;
 ``bench episodes`` replays interference episodes, every arm on one gateway, paired;
+``bench tiers`` sends request tiers with their own objectives in phases that change;
 ``bench overhead`` times the DLFP scheduler's own cost per step against vLLM's, in-process.
 ``--study FILE`` takes arms, rates and seeds from a study (``bench/studies/*.toml``).
 """
@@ -182,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     from bench.harness import admission_cost, device_timer_cost, gpu_check, overhead
     from bench.probes import chunks
     from bench.tenants import command as tenants
+    from bench.tiers import command as tiers
 
     bench = argparse.ArgumentParser(
         prog="dlfp-gateway bench",
@@ -194,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="bench_command",
         required=False,
         title="sub-commands (none: run trials)",
-        metavar="{compare,summary,plot,sweep,episodes,chunks,overhead,crosscheck,vllm-server,abuse}",
+        metavar="{compare,summary,plot,sweep,episodes,tiers,chunks,overhead,crosscheck,vllm-server,abuse}",
     )
     sweep = sub.add_parser(
         "sweep",
@@ -261,6 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     gpu_check.add_parser(sub)
     device_timer_cost.add_parser(sub)
     tenants.add_parser(sub)
+    tiers.add_parser(sub)
     admission_cost.add_parser(sub)
     return bench
 

@@ -1,0 +1,1 @@
+"""``bench tiers``: request tiers with objectives of their own, in changing phases."""
