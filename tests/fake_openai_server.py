@@ -52,6 +52,8 @@ class FakeOpenAIServer:
     events: list[str] = field(default_factory=list)
     """In order: ``busy`` or ``idle`` per scrape, ``patch`` per admin PATCH, ``request``."""
     num_resets: int = 0
+    admission_limits: dict[str, Any] = field(default_factory=lambda: {"no_slack_check": True})
+    admission_patches: list[dict[str, Any]] = field(default_factory=list)
     num_steps: int = 0
     base_url: str = ""
 
@@ -65,6 +67,7 @@ class FakeOpenAIServer:
                 Route("/admin/dlfp", self.admin, methods=["PATCH"]),
                 Route("/admin/dlfp", self.settings, methods=["GET"]),
                 Route("/admin/dlfp/reset", self.reset, methods=["POST"]),
+                Route("/admin/admission", self.admission, methods=["GET", "PATCH"]),
                 Route("/admin/dlfp/steps", self.steps),
             ]
         )
@@ -94,6 +97,13 @@ class FakeOpenAIServer:
         self.patches.append(patch)
         self.events.append("patch")
         return JSONResponse({"settings": patch, "state": {}})
+
+    async def admission(self, request: Request) -> Response:
+        if request.method == "PATCH":
+            patch = await request.json()
+            self.admission_patches.append(patch)
+            self.admission_limits |= patch
+        return JSONResponse({"settings": self.admission_limits, "state": {}})
 
     async def settings(self, request: Request) -> Response:
         return JSONResponse({"settings": {"controller": "dlfp-ct", "gain": 0.5}, "state": {}})

@@ -107,11 +107,12 @@ def test_every_arm_replays_the_same_episode_in_a_rotated_order(
         "fixed_cap_tokens": 16,
         "itl_slo_ms": 40.0,
         "gain": 0.5,
-        "no_slack_check": False,  # every arm serves the same arrivals
     }
     assert fake_server.patches.count(fixed) == 3
     assert fake_server.num_resets >= 9
     assert fake_server.patches[-1] == {"controller": "dlfp-ct", "gain": 0.5}  # restored
+    # No no_slack shedding in any arm, admission's own limit restored at the end.
+    assert fake_server.admission_patches == [{"no_slack_check": False}, {"no_slack_check": True}]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["verdict"]["static_arms"] == ["fixed-16"]
     assert (tmp_path / "episodes-frontier.png").read_bytes()[:4] == b"\x89PNG"

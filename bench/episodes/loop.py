@@ -37,6 +37,7 @@ from bench.lib.endpoint import (
     EndpointError,
     apply_admin_patch,
     reset_controller,
+    set_admission,
     wait_drained,
     wait_ready,
 )
@@ -46,9 +47,10 @@ from bench.lib.tokens import TokenCounter
 EPISODE_SEED_BASE = 5000
 """Episode e replays the prompts of seed ``EPISODE_SEED_BASE + e``."""
 ADMISSION_PATCH: dict[str, Any] = {"no_slack_check": False}
-"""Applied in every arm: admission's ``no_slack`` shedding refuses arrivals only under
-``dlfp-ct``, and the arms must serve the same arrivals to be compared (recorded in the
-plan; a plan without it ran with the gateway's admission settings)."""
+"""Admission's limits for the whole run (``PATCH /admin/admission``, restored at the end):
+its ``no_slack`` shedding refuses arrivals only under ``dlfp-ct``, and the arms must serve
+the same arrivals to be compared (recorded in the plan; a plan without it ran with the
+gateway's admission limits)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,7 @@ async def run_episodes(run: EpisodeRun, baseline: dict[str, Any], counter: Token
     t0 = time.perf_counter()
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     async with httpx.AsyncClient(limits=limits, timeout=run.client.request_timeout_s) as http:
+        restore = await set_admission(http, run.client.base_url, ADMISSION_PATCH, run.admin_token)
         try:
             for episode in range(run.num_episodes):
                 prompts = episode_prompts(run.shape, EPISODE_SEED_BASE + episode, counter)
@@ -159,6 +162,7 @@ async def run_episodes(run: EpisodeRun, baseline: dict[str, Any], counter: Token
             try:
                 await apply_admin_patch(http, run.client.base_url, baseline, run.admin_token)
                 await reset_controller(http, run.client.base_url, run.admin_token)
+                await set_admission(http, run.client.base_url, restore, run.admin_token)
             except EndpointError as exc:
                 print(f"[episodes] could not restore the settings: {exc}", file=sys.stderr)
     return ran
@@ -176,7 +180,7 @@ async def _run_one(
     base_url = run.client.base_url
     await wait_ready(http, base_url, run.client.api_key, run.ready_timeout_s)
     await wait_drained(http, base_url)
-    patch = baseline | ADMISSION_PATCH | (arm.admin_patch or {})
+    patch = baseline | (arm.admin_patch or {})
     await apply_admin_patch(http, base_url, patch, run.admin_token)
     # NOTE: a PATCH that keeps the mode keeps the learned cap and cost model: reset, so
     # that every arm's run starts from the same controller state.

@@ -107,6 +107,26 @@ async def apply_admin_patch(
     return body if isinstance(body, dict) else {"response": body}
 
 
+async def set_admission(
+    client: httpx.AsyncClient, base_url: str, patch: dict[str, Any], admin_token: str | None
+) -> dict[str, Any]:
+    """``PATCH /admin/admission`` with ``patch`` on our gateway; returns the values the
+    patched limits had before (the patch that restores them)."""
+    url = server_root(base_url) + "/admin/admission"
+    try:
+        before = await client.get(url, headers=bearer(admin_token), timeout=60.0)
+        response = await client.patch(url, json=patch, headers=bearer(admin_token), timeout=60.0)
+    except httpx.HTTPError as exc:
+        raise EndpointError(f"PATCH {url}: {type(exc).__name__}: {exc}") from exc
+    if before.status_code != 200 or response.status_code != 200:
+        failed = before if before.status_code != 200 else response
+        raise EndpointError(
+            f"{url} {json.dumps(patch)}: HTTP {failed.status_code}: {failed.text[:300]}"
+        )
+    old = before.json().get("settings", {})
+    return {key: old.get(key) for key in patch}
+
+
 async def get_settings(
     client: httpx.AsyncClient, base_url: str, admin_token: str | None
 ) -> dict[str, Any] | None:
