@@ -36,6 +36,7 @@ An ``n``-choice request takes ``n`` slots (at most ``max_concurrent``): it strea
 from __future__ import annotations
 
 import asyncio
+import bisect
 import itertools
 import logging
 import math
@@ -120,7 +121,8 @@ class Ticket:
 
     prefill_tokens: int
     tokens_ahead: int
-    """Prompt tokens pending at admission, its own included (the estimate's sample)."""
+    """Prompt tokens pending at admission before its first token, its own included
+    (the estimate's sample; ``Admission._pending_before``)."""
     admitted_s: float
     queue_s: float
     _admission: Admission
@@ -164,8 +166,14 @@ class Admission:
         limits: AdmissionLimits,
         clock: Callable[[], float] = time.monotonic,
         tenant_limits: Callable[[str], TenantLimits | None] = lambda _: None,
+        shortest_first: Callable[[], bool] = lambda: False,
     ) -> None:
         self.limits = limits
+        self._shortest_first = shortest_first
+        """Whether the engine serves the shortest pending prefill first (capped steps under
+        ``prefill_order=srpf``): a prompt then waits only for those no longer than itself."""
+        self._pending_sizes: list[int] = []
+        """The pending prompts' lengths, sorted."""
         self._clock = clock
         self._active = 0
         self._queue = FairQueue(tenant_limits)
@@ -253,8 +261,16 @@ class Admission:
             return self._queue.ahead(waiter.tenant, waiter.priority, waiter.client, waiter)
         return self._queue.ahead(tenant, priority, client)
 
-    def _tokens_ahead(self, ahead: Ahead) -> int:
-        return self._pending_prefill + ahead.prefill_tokens
+    def _pending_before(self, prefill_tokens: int) -> int:
+        """The admitted prompts' tokens still to prefill before a prompt of
+        ``prefill_tokens`` gets its own: all of them, or under shortest-first those no
+        longer than it."""
+        if not self._shortest_first():
+            return self._pending_prefill
+        return sum(self._pending_sizes[: bisect.bisect_right(self._pending_sizes, prefill_tokens)])
+
+    def _tokens_ahead(self, ahead: Ahead, prefill_tokens: int) -> int:
+        return self._pending_before(prefill_tokens) + ahead.prefill_tokens
 
     def _slot_wait_s(self, num_slots: int, ahead: Ahead) -> float:
         """Seconds until ``num_slots`` are free for a request behind ``ahead``."""
@@ -291,7 +307,7 @@ class Admission:
             fixed_s, per_token_s = self.prior.fixed_s, self.prior.per_token_s
         else:
             return wait_s
-        prefill_ahead_s = per_token_s * self._tokens_ahead(ahead)
+        prefill_ahead_s = per_token_s * self._tokens_ahead(ahead, prefill_tokens)
         # NOTE: the prompts ahead are prefilled while this one waits for its slot, so its
         # first token waits for the later of the two, not their sum: adding them refused
         # half of a burst the gateway served within the objective.
@@ -359,15 +375,18 @@ class Admission:
                 uncount(self._held, client)
                 raise
         self._pending_prefill += prefill_tokens
+        bisect.insort(self._pending_sizes, prefill_tokens)
         self._max_tokens_streaming += max_tokens
         self._prompt_tokens_streaming += prefill_tokens
         now = self._clock()
-        ticket = Ticket(prefill_tokens, self._pending_prefill, now, now - arrival, self, measured)
+        ticket = Ticket(
+            prefill_tokens, self._pending_before(prefill_tokens), now, now - arrival, self, measured
+        )
         try:
             yield ticket
         finally:
             if not ticket._prefilled:
-                self._pending_prefill = max(0, self._pending_prefill - prefill_tokens)
+                self._pending_done(prefill_tokens)
             self._active -= num_slots
             self._max_tokens_streaming -= max_tokens
             self._prompt_tokens_streaming -= prefill_tokens
@@ -581,4 +600,10 @@ class Admission:
     def _prefill_done(self, ticket: Ticket) -> None:
         if ticket.measured:
             self.ttft_estimate.add(ticket.tokens_ahead, self._clock() - ticket.admitted_s)
-        self._pending_prefill = max(0, self._pending_prefill - ticket.prefill_tokens)
+        self._pending_done(ticket.prefill_tokens)
+
+    def _pending_done(self, prefill_tokens: int) -> None:
+        self._pending_prefill = max(0, self._pending_prefill - prefill_tokens)
+        index = bisect.bisect_left(self._pending_sizes, prefill_tokens)
+        if index < len(self._pending_sizes) and self._pending_sizes[index] == prefill_tokens:
+            del self._pending_sizes[index]

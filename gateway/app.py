@@ -28,7 +28,7 @@ from gateway.middleware import (
 from gateway.routes import admin, dashboard, health, openai
 from gateway.serving_status import ServingStatus
 from gateway.settings import Settings
-from gateway.state import DLFPInForce, GatewayState
+from gateway.state import DLFPInForce, GatewayState, serves_shortest_first
 from gateway.stored_responses import build_store
 from gateway.telemetry import poll_controller, set_controller_target
 from gateway.tenant_metrics import build_tenant_metrics
@@ -82,7 +82,12 @@ def create_app(
     ``dlfp`` is the controller's settings at start, for the engine's device
     (``Settings.dlfp_config``)."""
     tenants = settings.tenants()
-    admission = Admission(settings.admission_limits(), tenant_limits=tenants.limits_of)
+    dlfp_in_force = DLFPInForce(dlfp)
+    admission = Admission(
+        settings.admission_limits(),
+        tenant_limits=tenants.limits_of,
+        shortest_first=lambda: serves_shortest_first(dlfp_in_force.config),
+    )
     metrics = metrics or build_metrics()
     tenant_metrics = build_tenant_metrics(metrics.registry)
     tenant_metrics.register(tenants.names)
@@ -90,7 +95,7 @@ def create_app(
         settings=settings,
         engine=engine,
         metrics=metrics,
-        dlfp=DLFPInForce(dlfp),
+        dlfp=dlfp_in_force,
         admission=admission,
         serving=ServingStatus(engine, admission),
         watch=EngineWatch(settings.engine_stall_s),

@@ -10,7 +10,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from engine_worker.contract.api import Engine
-from engine_worker.contract.dlfp_config import DLFPConfig
+from engine_worker.contract.dlfp_config import ControllerMode, DLFPConfig, PrefillOrder
 from gateway.admission import Admission
 from gateway.client_shares import ClientShares
 from gateway.engine_watch import EngineWatch
@@ -30,6 +30,12 @@ class DLFPInForce:
 
     config: DLFPConfig
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+def serves_shortest_first(config: DLFPConfig) -> bool:
+    """Whether the engine's capped steps serve the shortest pending prefill first (what
+    admission's TTFT prediction assumes of the prompts ahead)."""
+    return config.controller != ControllerMode.OFF and config.prefill_order == PrefillOrder.SRPF
 
 
 @dataclass

@@ -8,7 +8,7 @@ import contextlib
 import pytest
 
 from gateway.admission import Admission, AdmissionLimits, AdmissionRejected
-from gateway.ttft_estimate import ServiceRate
+from gateway.ttft_estimate import ServiceRate, StartupPrior
 from tests.fake_clock import FakeClock
 from tests.loop_turns import until
 
@@ -329,3 +329,29 @@ async def test_no_slack_check_off_admits_behind_decodes_that_leave_no_slack() ->
         admission.slot(prefill_tokens=10, ttft_slo_s=30.0),
     ):
         pass  # the SLO check alone judges it (no throughput measured yet): admitted
+
+
+async def test_under_shortest_first_a_short_prompt_is_not_predicted_to_wait_behind_a_long_one() -> (
+    None
+):
+    clock = FakeClock()
+    shortest_first = [True]
+    admission = Admission(
+        AdmissionLimits(max_concurrent=8), clock=clock, shortest_first=lambda: shortest_first[0]
+    )
+    admission.prior = StartupPrior(
+        fixed_s=0.05, per_token_s=0.002, decode_base_s=0.03, decode_per_stream_s=0.001
+    )
+    async with admission.slot(prefill_tokens=3000, ttft_slo_s=30.0):  # a document, pending
+        short = admission.predicted_ttft_s(50, 0)
+        assert short == pytest.approx(0.05 + 0.002 * 50)  # served before the document
+        assert admission.predicted_ttft_s(4000, 0) == pytest.approx(0.05 + 0.002 * 7000)
+        shortest_first[0] = False  # vLLM's order: behind every pending prompt
+        assert admission.predicted_ttft_s(50, 0) == pytest.approx(0.05 + 0.002 * 3050)
+        with pytest.raises(AdmissionRejected):
+            async with admission.slot(prefill_tokens=50, ttft_slo_s=2.0):
+                pass
+        shortest_first[0] = True
+        async with admission.slot(prefill_tokens=50, ttft_slo_s=2.0) as ticket:
+            assert ticket.tokens_ahead == 50  # its sample counts only what goes before it
+    assert admission.predicted_ttft_s(4000, 0) == pytest.approx(0.05 + 0.002 * 4000)
