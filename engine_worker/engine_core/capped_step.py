@@ -21,6 +21,7 @@ from engine_worker.engine_core.prefill_order import (
     Candidate,
     Selection,
     restore_order,
+    restore_reordered,
     select,
     vllm_order,
 )
@@ -98,6 +99,7 @@ class CappedStepMixin(Scheduler):  # type: ignore[misc, unused-ignore]
                 self._apply_selection(decodes, selection)
         if selection is None and not self._move_decodes_first():
             original_running = []
+        reordered_running = list(self.running) if original_running else []
         config.long_prefill_token_threshold = (
             min(threshold, saved_threshold) if saved_threshold > 0 else threshold
         )
@@ -111,8 +113,9 @@ class CappedStepMixin(Scheduler):  # type: ignore[misc, unused-ignore]
             self.adaptive_long_prefill_threshold = saved_adaptive
             held_running = selection.held_running if selection else []
             if original_running:
-                kept, admitted = restore_order(original_running, self.running, held_running)
-                self.running[:] = kept + admitted
+                self.running[:] = restore_reordered(
+                    original_running, reordered_running, self.running, held_running
+                )
             if selection is not None and original_waiting:
                 self._restore_waiting(original_waiting, selection.held_waiting)
 
@@ -123,7 +126,7 @@ class CappedStepMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         then ``waiting`` in order, until the step's budget is spent.)"""
         if selection.waiting and selection.held_running:
             return False
-        prefills = (r for r in self.running if not is_decoding(r))
+        prefills = (r for r in self.running if r.is_prefill_chunk)
         for chosen, request in zip(selection.running, prefills, strict=False):
             if chosen is not request:
                 return False
@@ -145,7 +148,7 @@ class CappedStepMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         # _schedule_capped puts them back in their old places. Decodes go first
         # so that no prefill takes their slots (see _move_decodes_first).
         served = {id(r) for r in selection.running} | {id(r) for r in selection.held_running}
-        others = [r for r in self.running if not is_decoding(r) and id(r) not in served]
+        others = [r for r in self.running if r.is_prefill_chunk and id(r) not in served]
         self.running[:] = [*decodes, *selection.running, *others]
         if selection.held_waiting:
             self.waiting.remove_requests(selection.held_waiting)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 MAX_HELD_STEPS = 4
@@ -57,9 +58,8 @@ class Selection:
     """Per-request token threshold for the step."""
 
 
-def _popped_first(request: Any) -> tuple[int, float, str]:
-    """vLLM's ``Request.__lt__`` as a key: priority, arrival, id."""
-    return (request.priority, request.arrival_time, request.request_id)
+_popped_first = attrgetter("priority", "arrival_time", "request_id")
+"""vLLM's ``Request.__lt__`` as a key: priority, arrival, id (built in C, once a request)."""
 
 
 def vllm_order(heap: list[Any], first: int | None = None) -> list[Any]:
@@ -88,6 +88,14 @@ def candidates_in_order(
     risk, remaining tokens, arrival); ``ttft_classes`` maps a request id to its class
     and deadline where it is not ``ON_TIME``.
     """
+    candidates = prefill_candidates(running_prefills, waiting)
+    if not srpf:
+        return candidates
+    return srpf_order(candidates, by_priority, starving_ids, ttft_classes or {})
+
+
+def prefill_candidates(running_prefills: Iterable[Any], waiting: Iterable[Any]) -> list[Candidate]:
+    """The requests with prefill left, in vLLM's order (running, then waiting)."""
     candidates = []
     # NOTE: num_tokens, not num_prompt_tokens: a preempted request re-prefills its
     # generated tokens too.
@@ -97,16 +105,32 @@ def candidates_in_order(
             remaining = r.num_tokens - computed
             if remaining > 0:
                 candidates.append(Candidate(r, computed, remaining, is_running))
-    if not srpf:
-        return candidates
+    return candidates
 
-    classes = ttft_classes or {}
+
+def srpf_order(
+    candidates: Sequence[Candidate],
+    by_priority: bool,
+    starving_ids: frozenset[str],
+    ttft_classes: Mapping[str, tuple[int, float]],
+) -> list[Candidate]:
+    """``candidates`` sorted as ``candidates_in_order`` sorts them under ``srpf``.
+
+    NOTE: a key part the same for every candidate (no one starving, no TTFT class, no
+    priority) is left out: the order is the same, and the key is built per candidate
+    on every capped step."""
+    if not starving_ids and not ttft_classes:
+        if by_priority:
+            return sorted(candidates, key=_priority_remaining_arrival)
+        return sorted(candidates, key=_remaining_arrival)
+    on_time = (ON_TIME, 0.0)
 
     def key(c: Candidate) -> tuple[int, int, int, float, int, float]:
         request = c.request
-        ttft_class, deadline_s = classes.get(request.request_id, (ON_TIME, 0.0))
+        request_id = request.request_id
+        ttft_class, deadline_s = ttft_classes.get(request_id, on_time)
         return (
-            0 if request.request_id in starving_ids else 1,
+            0 if request_id in starving_ids else 1,
             request.priority if by_priority else 0,
             ttft_class,
             deadline_s if ttft_class == AT_RISK else 0.0,
@@ -115,6 +139,15 @@ def candidates_in_order(
         )
 
     return sorted(candidates, key=key)
+
+
+def _remaining_arrival(c: Candidate) -> tuple[int, float]:
+    return (c.remaining_tokens, c.request.arrival_time)
+
+
+def _priority_remaining_arrival(c: Candidate) -> tuple[int, int, float]:
+    request = c.request
+    return (request.priority, c.remaining_tokens, request.arrival_time)
 
 
 def select(candidates: Sequence[Candidate], cap_tokens: int) -> Selection:
@@ -170,3 +203,20 @@ def restore_order(
     kept = [r for r in original if id(r) in present]
     added = [r for r in current if id(r) not in original_ids]
     return kept, added
+
+
+def restore_reordered(
+    original: Sequence[Any], reordered: Sequence[Any], current: list[Any], held: Sequence[Any]
+) -> list[Any]:
+    """``restore_order``'s ``kept + added`` for ``running``, which the step saw as
+    ``reordered`` (``original`` less ``held``, in another order).
+
+    NOTE: vLLM's ``schedule()`` only removes from ``running`` (preemption) and appends to
+    it (the waiting requests it admits): with nothing removed, ``reordered`` is still
+    its head, checked by one list comparison at C speed (identity first), and the
+    step's additions are its tail."""
+    num_reordered = len(reordered)
+    if len(current) >= num_reordered and current[:num_reordered] == reordered:
+        return [*original, *current[num_reordered:]]
+    kept, added = restore_order(original, current, held)
+    return kept + added

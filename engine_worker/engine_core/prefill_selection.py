@@ -8,21 +8,24 @@ from collections.abc import Iterable, Sequence
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
-from engine_worker.contract.api import TTFT_SLO_ARG
+from engine_worker.contract.api import ITL_SLO_ARG, TTFT_SLO_ARG
 from engine_worker.contract.dlfp_config import PrefillOrder
-from engine_worker.engine_core.capped_step import is_decoding
 from engine_worker.engine_core.prefill_order import (
     AT_RISK,
     MAX_HELD_STEPS,
     ON_TIME,
     OUT_OF_REACH,
     Candidate,
-    candidates_in_order,
+    prefill_candidates,
+    srpf_order,
     vllm_order,
 )
 
 _SCHEDULABLE = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 """Waiting statuses vLLM can schedule now (not blocked on a grammar or remote KV)."""
+
+OwnObjectives = tuple[Request, float | None, float | None]
+"""A request, and its own TTFT and ITL objectives in ms (None: the controller's)."""
 
 
 # NOTE: subclasses Scheduler, as DLFPSchedulerMixin does, so that its super() reaches
@@ -32,10 +35,15 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
 
     _head_deadline_s: float | None = None
     """The TTFT deadline (Unix s) of the latest candidates' first where it is at risk."""
+    _earliest_deadline_s: float | None = None
+    """The earliest TTFT deadline (Unix s) among the latest candidates (None: not read)."""
+    _own_objectives: dict[str, OwnObjectives]
+    """Each live request's own objectives by id (set by ``DLFPSchedulerMixin``)."""
 
     def _prefill_candidates(self, now_unix_s: float) -> list[Candidate]:
-        """The prefills a capped step could serve, in the order it should."""
-        running_prefills = [r for r in self.running if not is_decoding(r)]
+        """The prefills a capped step could serve, in the order it should; with
+        ``now_unix_s`` (deadline planning), their TTFT deadlines are read too."""
+        running_prefills = [r for r in self.running if r.is_prefill_chunk]
         num_free_slots = max(self.max_num_running_reqs - len(self.running), 0)
         srpf = self.dlfp_params.prefill_order == PrefillOrder.SRPF
         waiting = []
@@ -51,38 +59,34 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
                     waiting.append(request)
                     if len(waiting) == num_free_slots:
                         break
-        first = {
+        candidates = prefill_candidates(running_prefills, waiting)
+        deadlines = self._ttft_deadlines_s(candidates) if now_unix_s else []
+        self._earliest_deadline_s = min(deadlines, default=None)
+        self._head_deadline_s = None
+        if not srpf:
+            return candidates
+        first = frozenset(
             request_id
             for request_id, num_held in self._num_held_steps.items()
             if num_held >= MAX_HELD_STEPS
-        }
-        classes: dict[str, tuple[int, float]] = {}
-        if srpf and now_unix_s:
-            classes = self._ttft_classes([*running_prefills, *waiting], now_unix_s)
-        candidates = candidates_in_order(
-            running_prefills,
-            waiting,
-            srpf=srpf,
-            by_priority=self.policy.value == "priority",
-            starving_ids=frozenset(first),
-            ttft_classes=classes,
         )
-        self._head_deadline_s = None
+        classes: dict[str, tuple[int, float]] = {}
+        if now_unix_s:
+            classes = self._ttft_classes(candidates, deadlines, now_unix_s)
+        by_priority = self.policy.value == "priority"
+        candidates = srpf_order(candidates, by_priority, first, classes)
         if classes and candidates:
             ttft_class, deadline_s = classes.get(candidates[0].request.request_id, (ON_TIME, 0.0))
             self._head_deadline_s = deadline_s if ttft_class == AT_RISK else None
         return candidates
 
     def _ttft_classes(
-        self, requests: Sequence[Request], now_unix_s: float
+        self, candidates: Sequence[Candidate], deadlines_s: Sequence[float], now_unix_s: float
     ) -> dict[str, tuple[int, float]]:
         """Each prefill's TTFT class where it is not the default (``prefill_order``):
         ``AT_RISK`` with its deadline where the rate the slack gives would not finish it
         by its deadline, ``OUT_OF_REACH`` where no rate would (a lone prefill at full
-        speed would not).
-
-        Deadline: arrival at the engine + ``ttft_slo_ms``. The gateway's queue before the
-        engine is admission's business.
+        speed would not). ``deadlines_s``: the candidates' (``_ttft_deadlines_s``).
         """
         rates = self.dlfp_controller.prefill_rates()
         if rates is None:
@@ -90,17 +94,49 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         per_token_s, per_context_s = rates
         slack_rate = self.dlfp_controller.slack_rate_tokens_per_s()
         classes = {}
-        for request in requests:
-            deadline_s = request.arrival_time + self._ttft_slo_s(request)
+        for candidate, deadline_s in zip(candidates, deadlines_s, strict=True):
             left_s = deadline_s - now_unix_s
-            computed = request.num_computed_tokens
-            remaining = request.num_tokens - computed
+            computed = candidate.computed_tokens
+            remaining = candidate.remaining_tokens
             alone_s = remaining * (per_token_s + per_context_s * (computed + remaining / 2))
             if left_s < alone_s:
-                classes[request.request_id] = (OUT_OF_REACH, deadline_s)
+                classes[candidate.request.request_id] = (OUT_OF_REACH, deadline_s)
             elif slack_rate is not None and left_s * slack_rate < remaining:
-                classes[request.request_id] = (AT_RISK, deadline_s)
+                classes[candidate.request.request_id] = (AT_RISK, deadline_s)
         return classes
+
+    def _ttft_deadlines_s(self, candidates: Sequence[Candidate]) -> list[float]:
+        """Each candidate's TTFT deadline (Unix s): arrival at the engine + its own
+        ``ttft_slo_ms`` (``contract.api.TTFT_SLO_ARG``), else the controller's. The
+        gateway's queue before the engine is admission's business."""
+        objectives = self._own_objectives
+        default_ms = self.dlfp_params.ttft_slo_ms
+        deadlines_s = []
+        for candidate in candidates:
+            request = candidate.request
+            entry = objectives.get(request.request_id)
+            if entry is None or entry[0] is not request:
+                entry = self._objectives_of(request)
+            own_ms = entry[1]
+            slo_ms = own_ms if own_ms is not None else default_ms
+            deadlines_s.append(request.arrival_time + slo_ms / 1000.0)
+        return deadlines_s
+
+    def _objectives_of(self, request: Request) -> OwnObjectives:
+        """The request's own objectives, read from its sampling parameters once.
+
+        NOTE: keyed by id but checked by identity: a request may come with the id of
+        one that finished since the entries were last pruned (``_forget_objectives``)."""
+        entry = self._own_objectives.get(request.request_id)
+        if entry is None or entry[0] is not request:
+            ttft_ms = own_objective_ms(request, TTFT_SLO_ARG)
+            entry = (request, ttft_ms, own_objective_ms(request, ITL_SLO_ARG))
+            self._own_objectives[request.request_id] = entry
+        return entry
+
+    def _forget_objectives(self, request_ids: Iterable[str]) -> None:
+        for request_id in request_ids:
+            self._own_objectives.pop(request_id, None)
 
     def _head_ttft_left_s(self, candidates: Sequence[Candidate], now_unix_s: float) -> float | None:
         """The time left to the first candidate's TTFT deadline where it is at risk (the
@@ -109,16 +145,10 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         return None if not candidates or deadline_s is None else deadline_s - now_unix_s
 
     def _is_ttft_overdue(self, candidates: Sequence[Candidate], now_unix_s: float) -> bool:
-        """Whether a prefill the step could serve is past arrival + ``ttft_slo_ms``."""
-        return any(
-            c.request.arrival_time + self._ttft_slo_s(c.request) < now_unix_s for c in candidates
-        )
-
-    def _ttft_slo_s(self, request: Request) -> float:
-        """The request's own TTFT objective (``contract.api.TTFT_SLO_ARG``), else the
-        controller's ``ttft_slo_ms``; seconds."""
-        own_ms = own_objective_ms(request, TTFT_SLO_ARG)
-        return (own_ms if own_ms is not None else self.dlfp_params.ttft_slo_ms) / 1000.0
+        """Whether a prefill the step could serve is past its TTFT deadline (the latest
+        ``_prefill_candidates`` read them)."""
+        earliest_s = self._earliest_deadline_s
+        return bool(candidates) and earliest_s is not None and earliest_s < now_unix_s
 
 
 def own_objective_ms(request: Request, key: str) -> float | None:

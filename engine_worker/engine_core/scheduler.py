@@ -30,7 +30,6 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 
 from engine_worker.contract.additional_config import read_dlfp_config
-from engine_worker.contract.api import ITL_SLO_ARG
 from engine_worker.contract.dlfp_config import ControllerMode, Observation
 from engine_worker.contract.step_ring import STEP_INDEX_ATTR, StepRing
 from engine_worker.controller.cap_controller import PrefillCapController
@@ -39,7 +38,7 @@ from engine_worker.controller.step_timing import StepRecord
 from engine_worker.engine_core.capped_step import CappedStepMixin, is_decoding, needs_decodes_first
 from engine_worker.engine_core.control_plane import ControlPlaneMixin
 from engine_worker.engine_core.prefill_order import Candidate
-from engine_worker.engine_core.prefill_selection import PrefillSelectionMixin, own_objective_ms
+from engine_worker.engine_core.prefill_selection import PrefillSelectionMixin
 from engine_worker.engine_core.utilities import install_engine_core_utilities
 
 __all__ = [
@@ -75,6 +74,7 @@ class DLFPSchedulerMixin(  # type: ignore[misc, unused-ignore]
         self._num_held_steps: dict[str, int] = {}
         # The step that produced (or will produce) each running stream's last token.
         self._token_steps: dict[str, int] = {}
+        self._own_objectives = {}
         # The workers' device times (attached by the gateway, see step_ring).
         self._step_ring: StepRing | None = None
         self._has_warned_no_device_time = False
@@ -88,7 +88,8 @@ class DLFPSchedulerMixin(  # type: ignore[misc, unused-ignore]
         logger.info("DLFP scheduler %s with %s", type(self).__name__, self.dlfp_params)
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
-        decodes = [request for request in self.running if is_decoding(request)]
+        # NOTE: is_decoding inlined: this runs over every running request each step.
+        decodes = [request for request in self.running if not request.is_prefill_chunk]
         # NOTE: with nothing to prefill the step is vLLM's own (no candidates, no queue
         # to reorder); the controller still sees the step.
         has_prefills = len(decodes) < len(self.running) or bool(self.waiting)
@@ -179,13 +180,17 @@ class DLFPSchedulerMixin(  # type: ignore[misc, unused-ignore]
             head_priority = candidates[0].request.priority
             decodes = [r for r in decodes if r.priority <= head_priority]
         token_steps = self._token_steps
+        objectives = self._own_objectives
         oldest: int | None = None
         own: dict[float, int] = {}
         for request in decodes:
             step = token_steps.get(request.request_id)
             if step is None:
                 continue
-            itl_slo_ms = own_objective_ms(request, ITL_SLO_ARG)
+            entry = objectives.get(request.request_id)
+            if entry is None or entry[0] is not request:
+                entry = self._objectives_of(request)
+            itl_slo_ms = entry[2]
             if itl_slo_ms is None:
                 oldest = step if oldest is None else min(oldest, step)
             elif step < own.get(itl_slo_ms, step + 1):
@@ -199,6 +204,7 @@ class DLFPSchedulerMixin(  # type: ignore[misc, unused-ignore]
             self._token_steps[request_id] = step_index
         for request_id in output.finished_req_ids:
             self._token_steps.pop(request_id, None)
+        self._forget_objectives(output.finished_req_ids)
 
     def _step_shape(
         self, output: SchedulerOutput, decodes: list[Request]
