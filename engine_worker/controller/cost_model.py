@@ -228,11 +228,13 @@ class _NormalEquations:
         self.rhs = [0.0] * num_features
 
     def add(self, x: Sequence[float], y: float, sign: float) -> None:
+        # NOTE: the same floats as ``row[j] += sign * xi * xj`` over indices (the product
+        # is ``(sign * xi) * xj``), each row built by one comprehension: it runs every step.
+        gram = self.gram
         for i, xi in enumerate(x):
-            self.rhs[i] += sign * xi * y
-            row = self.gram[i]
-            for j, xj in enumerate(x):
-                row[j] += sign * xi * xj
+            signed = sign * xi
+            self.rhs[i] += signed * y
+            gram[i] = [g + signed * xj for g, xj in zip(gram[i], x, strict=True)]
 
     def solve(self) -> tuple[float, ...]:
         return _nnls(self.gram, self.rhs)

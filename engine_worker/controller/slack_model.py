@@ -81,8 +81,10 @@ class _RecursiveFit:
         return value
 
     def update(self, x: Sequence[float], y: float) -> None:
+        # NOTE: the same products in the same order as the textbook loops over indices,
+        # so the same floats, with the rows built by comprehension (one step's cost).
         p, theta = self._p, self.theta
-        px = [sum([row[j] * x[j] for j in self._n]) for row in p]
+        px = [sum([r * xj for r, xj in zip(row, x, strict=True)]) for row in p]
         trace = sum([p[i][i] for i in self._n])
         forget = FORGETTING if trace < MAX_COVARIANCE else 1.0
         denominator = forget
@@ -94,9 +96,7 @@ class _RecursiveFit:
         for i in self._n:
             gain = px[i] / denominator
             theta[i] += px[i] * scale
-            row = p[i]
-            for j in self._n:
-                row[j] = (row[j] - gain * px[j]) / forget
+            p[i] = [(r - gain * pj) / forget for r, pj in zip(p[i], px, strict=True)]
         self.num_samples += 1
 
 
@@ -234,18 +234,21 @@ class SlackModel:
         if budget <= 0:
             return 0, 0.0
         per_token, per_context = self._rates()
+        # NOTE: the factors of the quadratic hoisted out of the loop: the same floats
+        # (4 * q * budget is (4 * q) * budget), once a step rather than once a candidate.
+        quadratic = per_context / 2
+        four_quadratic, two_quadratic = 4 * quadratic, 2 * quadratic
+        sqrt = math.sqrt
         total, attention = 0, 0.0
         for computed, remaining in candidates:
             # (per_context / 2) r^2 + (per_token + per_context * s) r <= budget
             linear = per_token + per_context * computed
             if per_context > 0:
-                quadratic = per_context / 2
-                root = (-linear + math.sqrt(linear * linear + 4 * quadratic * budget)) / (
-                    2 * quadratic
-                )
+                root = (-linear + sqrt(linear * linear + four_quadratic * budget)) / two_quadratic
             else:
                 root = budget / linear
-            take = min(remaining, int(root))
+            whole = int(root)
+            take = remaining if remaining < whole else whole
             if take <= 0:
                 break
             total += take

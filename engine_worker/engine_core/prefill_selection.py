@@ -126,17 +126,13 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         """The request's own objectives, read from its sampling parameters once.
 
         NOTE: keyed by id but checked by identity: a request may come with the id of
-        one that finished since the entries were last pruned (``_forget_objectives``)."""
+        one that finished since the entries were last pruned (at the next step)."""
         entry = self._own_objectives.get(request.request_id)
         if entry is None or entry[0] is not request:
             ttft_ms = own_objective_ms(request, TTFT_SLO_ARG)
             entry = (request, ttft_ms, own_objective_ms(request, ITL_SLO_ARG))
             self._own_objectives[request.request_id] = entry
         return entry
-
-    def _forget_objectives(self, request_ids: Iterable[str]) -> None:
-        for request_id in request_ids:
-            self._own_objectives.pop(request_id, None)
 
     def _head_ttft_left_s(self, candidates: Sequence[Candidate], now_unix_s: float) -> float | None:
         """The time left to the first candidate's TTFT deadline where it is at risk (the

@@ -204,7 +204,7 @@ class DLFPSchedulerMixin(  # type: ignore[misc, unused-ignore]
             self._token_steps[request_id] = step_index
         for request_id in output.finished_req_ids:
             self._token_steps.pop(request_id, None)
-        self._forget_objectives(output.finished_req_ids)
+            self._own_objectives.pop(request_id, None)
 
     def _step_shape(
         self, output: SchedulerOutput, decodes: list[Request]
