@@ -49,5 +49,5 @@ def goodput_by_phase(summary: dict[str, Any], out_dir: Path) -> Path:
     ax.set_ylabel("requests meeting their own objectives, %")
     ax.set_ylim(0, 100)
     ax.set_title(f"bench tiers: goodput by phase{host_label(out_dir)}", fontsize="small")
-    ax.legend(fontsize="x-small", ncol=2, loc="lower left")
+    ax.legend(fontsize="x-small", ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.1))
     return save_figure(fig, out_dir / "tiers-goodput.png")
