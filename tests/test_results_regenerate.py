@@ -35,6 +35,10 @@ def _is_episodes(folder: Path) -> bool:
     return (ROOT / folder / "episodes.json").exists()
 
 
+def _is_tiers(folder: Path) -> bool:
+    return (ROOT / folder / "tiers.json").exists()
+
+
 def _is_sweep(folder: Path) -> bool:
     return any(p.is_dir() for p in (ROOT / folder).glob("rate-*"))
 
@@ -62,6 +66,8 @@ def test_reanalysis_gives_the_committed_summary(
     monkeypatch.chdir(ROOT)
     if _is_episodes(folder):
         argv = ["bench", "episodes", "--check", "--results", str(folder)]
+    elif _is_tiers(folder):
+        argv = ["bench", "tiers", "--check", "--results", str(folder)]
     elif _is_sweep(folder):
         argv = ["bench", "sweep", "--markdown", "--check", "--results", str(folder)]
     else:
@@ -78,7 +84,7 @@ def test_a_changed_record_is_caught(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The check can fail: one trial dropped from a copy of a committed folder."""
-    source = ROOT / next(f for f in FOLDERS if not _is_sweep(f))
+    source = ROOT / next(f for f in FOLDERS if not _is_sweep(f) and not _is_tiers(f))
     copy = tmp_path / "copy"
     for path in source.rglob("*"):
         if path.is_file() and path.suffix in {".gz", ".jsonl", ".json"}:
