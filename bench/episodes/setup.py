@@ -92,24 +92,30 @@ def arm_patch(name: str, itl_slo_ms: float | None) -> dict[str, Any]:
     )
 
 
-async def _prefill_probe(
-    http: httpx.AsyncClient, client: ClientSettings, counter: TokenCounter, index: int, length: int
+async def prefill_probe(
+    http: httpx.AsyncClient,
+    client: ClientSettings,
+    counter: TokenCounter,
+    index: int,
+    length: int,
+    seed: int = 4900,
+    label: str = "[episodes] sizing probe",
 ) -> dict[str, Any]:
-    """One lone long prompt of ``length`` counted tokens: its server tokens and TTFT."""
-    prompt, counted = make_prompt(4900, index, "long", length, length + 16, counter)
+    """One lone long prompt of ``length`` counted tokens (prompt ``index`` of ``seed``):
+    its counted and server tokens and its TTFT, printed after ``label``."""
+    prompt, counted = make_prompt(seed, index, "long", length, length + 16, counter)
     spec = RequestSpec(index, "long", False, 0.0, prompt, counted)
     one = replace(client, max_tokens=1)
     record = await stream_into(http, one, new_record(spec, 1), time.perf_counter())
     if not record.is_ok or not record.chunk_s or record.send_s is None:
-        raise EndpointError(f"the sizing probe failed: {record.error}")
+        raise EndpointError(f"{label} {index} failed: {record.error}")
     probe = {
         "tokens": counted,
         "server_tokens": record.num_prompt_tokens or counted,
         "ttft_s": record.chunk_s[0] - record.send_s,
     }
     print(
-        f"[episodes] sizing probe {index}: {probe['server_tokens']} tokens, "
-        f"TTFT {probe['ttft_s']:.2f} s",
+        f"{label} {index}: {probe['server_tokens']} tokens, TTFT {probe['ttft_s']:.2f} s",
         file=sys.stderr,
     )
     return probe
@@ -137,16 +143,16 @@ async def size_long_prompts(
         return int(saved["long_tokens"])
     probe_client = replace(client, cache_salt=f"dlfp-sizing-{uuid.uuid4().hex[:12]}")
     limit = max_model_len - LEN_MARGIN
-    probes = [await _prefill_probe(http, probe_client, counter, 0, min(PROBE_TOKENS, limit // 4))]
+    probes = [await prefill_probe(http, probe_client, counter, 0, min(PROBE_TOKENS, limit // 4))]
     length = int(probes[0]["tokens"])
     for index in range(1, SIZING_ROUNDS + 1):
-        probe = await _prefill_probe(http, probe_client, counter, index, length)
+        probe = await prefill_probe(http, probe_client, counter, index, length)
         probes.append(probe)
         per_counted = probe["server_tokens"] / probe["tokens"]
         scale = min(prefill_s / probe["ttft_s"], limit / probe["server_tokens"])
         cap = math.floor(CAP_SHARE * limit / per_counted)
         length = max(1, min(math.floor(length * scale), cap))
-    final = await _prefill_probe(http, probe_client, counter, SIZING_ROUNDS + 1, length)
+    final = await prefill_probe(http, probe_client, counter, SIZING_ROUNDS + 1, length)
     saved = {
         "prefill_s": prefill_s,
         "probes": probes,

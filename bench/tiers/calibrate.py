@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import time
 import uuid
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -21,11 +20,9 @@ from typing import Any
 
 import httpx
 
-from bench.episodes.setup import arm_patch, lone_decode_probe_ms
-from bench.lib.client import ClientSettings, new_record, stream_into
-from bench.lib.endpoint import EndpointError
+from bench.episodes.setup import arm_patch, lone_decode_probe_ms, prefill_probe
+from bench.lib.client import ClientSettings
 from bench.lib.tokens import TokenCounter
-from bench.lib.workload import RequestSpec, make_prompt
 from bench.tiers.run import TierRun, new_run, read_run, run_arm, write_run
 from bench.tiers.stats import goodput, pick_static_arms
 from bench.tiers.workload import Phase, Tier, TierPlan, plan_from, requests
@@ -39,19 +36,14 @@ async def prefill_rate(
 ) -> float:
     """Median server prompt tokens per second of first token, over lone prompts of about
     ``PREFILL_PROBE_TOKENS`` (after one warm-up)."""
-    one = replace(client, max_tokens=1, cache_salt=f"dlfp-tiers-{uuid.uuid4().hex[:12]}")
+    salted = replace(client, cache_salt=f"dlfp-tiers-{uuid.uuid4().hex[:12]}")
     rates = []
     for index in range(NUM_PREFILL_PROBES + 1):
-        prompt, counted = make_prompt(
-            4800, index, "long", PREFILL_PROBE_TOKENS, PREFILL_PROBE_TOKENS + 16, counter
+        probe = await prefill_probe(
+            http, salted, counter, index, PREFILL_PROBE_TOKENS, 4800, "[tiers] prefill probe"
         )
-        spec = RequestSpec(index, "long", False, 0.0, prompt, counted)
-        record = await stream_into(http, one, new_record(spec, 1), time.perf_counter())
-        if not record.is_ok or not record.chunk_s or record.send_s is None:
-            raise EndpointError(f"the prefill probe failed: {record.error}")
         if index:
-            tokens = record.num_prompt_tokens or counted
-            rates.append(tokens / (record.chunk_s[0] - record.send_s))
+            rates.append(float(probe["server_tokens"]) / float(probe["ttft_s"]))
     return statistics.median(rates)
 
 

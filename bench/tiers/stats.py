@@ -21,20 +21,21 @@ from bench.lib.records import RequestRecord
 from bench.lib.stats import percentile, request_gaps, ttft_s
 from bench.tiers.run import TierRun
 from bench.tiers.workload import PHASES, TIERS, TierPlan
+from gateway.objectives import Objectives
 
-GAP_QUANTILE = 0.99
 BASELINE = "baseline"
 CEILING = "ceiling"
 
 
 def is_met(record: RequestRecord, ttft_slo_ms: float, itl_slo_ms: float) -> bool:
-    """Served, first token within ``ttft_slo_ms``, at most 1% of gaps over ``itl_slo_ms``."""
+    """Served, first token within ``ttft_slo_ms``, at most 1% of gaps over ``itl_slo_ms``:
+    the gateway's own rule (``Objectives.met``)."""
     first = ttft_s(record)
-    if not record.is_ok or first is None or 1000 * first > ttft_slo_ms:
+    if not record.is_ok or first is None:
         return False
+    objectives = Objectives(ttft_slo_ms, itl_slo_ms, ttft_slo_ms, itl_slo_ms, "request")
     gaps = request_gaps(record)
-    late = sum(1000 * g > itl_slo_ms for g in gaps)
-    return late <= int((1 - GAP_QUANTILE) * len(gaps))
+    return objectives.met(first, len(gaps), sum(map(objectives.is_late, gaps)))
 
 
 def met_vector(run: TierRun, plan: TierPlan) -> list[bool]:
@@ -51,9 +52,10 @@ def _share(values: Iterable[bool]) -> float | None:
     return sum(found) / len(found) if found else None
 
 
-def goodput(run: TierRun, plan: TierPlan) -> dict[str, Any]:
-    """Goodput overall, by phase and by tier; refusals and cuts counted."""
-    met = met_vector(run, plan)
+def goodput(run: TierRun, plan: TierPlan, met: list[bool] | None = None) -> dict[str, Any]:
+    """Goodput overall, by phase and by tier (``met``: the run's ``met_vector``, if known);
+    refusals and cuts counted."""
+    met = met_vector(run, plan) if met is None else met
     return {
         "num_requests": len(met),
         "num_met": sum(met),
@@ -102,11 +104,11 @@ def _paired(a: Sequence[bool], b: Sequence[bool]) -> dict[str, float | None]:
     return {"diff": est.mean, "low": est.low, "high": est.high}
 
 
-def _ceiling_vector(runs: dict[str, TierRun], plan: TierPlan, picks: dict[str, Any]) -> list[bool]:
+def _ceiling_vector(
+    vectors: dict[str, list[bool]], phases: list[str], picks: dict[str, Any]
+) -> list[bool]:
     """Each request judged in the arm of its phase's best calibrated cap."""
-    any_run = next(iter(runs.values()))
-    vectors = {arm: met_vector(run, plan) for arm, run in runs.items()}
-    return [vectors[picks["by_phase"][phase]][i] for i, phase in enumerate(any_run.phases)]
+    return [vectors[picks["by_phase"][phase]][i] for i, phase in enumerate(phases)]
 
 
 def tier_gaps(runs: Iterable[TierRun], tier: str) -> list[float]:
@@ -131,10 +133,11 @@ def summarize_tiers(
         if not static_needed <= set(arms):
             continue  # the ceiling and baseline need every static arm of the seed
         vectors = {arm: met_vector(run, plan) for arm, run in arms.items()}
-        vectors[CEILING] = _ceiling_vector(arms, plan, picks)
+        phases = next(iter(arms.values())).phases
+        vectors[CEILING] = _ceiling_vector(vectors, phases, picks)
         base = vectors[picks["whole_run"]]
         per_seed[str(seed)] = {
-            "goodput": {arm: goodput(run, plan) for arm, run in sorted(arms.items())},
+            "goodput": {arm: goodput(run, plan, vectors[arm]) for arm, run in sorted(arms.items())},
             "ceiling": _share(vectors[CEILING]),
             "vs_baseline": {arm: _paired(v, base) for arm, v in sorted(vectors.items())},
         }
