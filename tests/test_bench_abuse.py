@@ -128,6 +128,10 @@ def test_the_scenarios_of_one_client_against_the_others_run_and_judge(
                 "--num-idle-sockets=20",
                 "--num-space-free=4",
                 "--num-schemas=4",
+                # NOTE: 200 streams at once against a 0.5 s header time-out on 2 cores left
+                # connections unread past it in some full-suite runs (ReadError); the
+                # scenario's judgement is the same at 40.
+                "--num-cold-burst=40",
                 f"--results={results}",
             ]
         )
