@@ -235,6 +235,10 @@ class StepEvents:
         self._last_update_unix_s = self._wall_clock()
         record.is_feedback = True
 
+    def now_s(self) -> float:
+        """The controller's clock: ``time.monotonic`` unless another was injected."""
+        return self._clock()
+
     def _now(self, now_s: float | None) -> float:
         return self._clock() if now_s is None else now_s
 

@@ -18,7 +18,9 @@ ARMS=off,fixed-8,fixed-16,fixed-32,dlfp-ct,fixed-64,fixed-128,dlfp,fixed-256
 mkdir -p "$OUT/logs"
 cp -n "$SIBLING/sizing.json" "$SIBLING/conditions.json" "$OUT/"
 lscpu > "$OUT/logs/lscpu.txt"
-git rev-parse HEAD > "$OUT/logs/commit.txt"
+# One line per start: a resumed run adds its commit, and its gateway log to the first one's.
+git rev-parse HEAD >> "$OUT/logs/commit.txt"
+if [ -f "$OUT/logs/gateway.log.gz" ]; then gunzip "$OUT/logs/gateway.log.gz"; fi
 DLFP_ADMIN_TOKEN=$TOKEN DLFP_PORT=$PORT HF_HUB_OFFLINE=1 "$PY" -m gateway serve \
     >> "$OUT/logs/gateway.log" 2>&1 &
 PID=$!
