@@ -119,6 +119,7 @@ class GatewayMetrics:
     controller_plan: Gauge
     controller_margin: Gauge
     controller_zero_prefill_steps: Counter
+    controller_floor_steps: Counter
     controller_ttft_overdue_steps: Counter
     controller_deadline_steps: Counter
     controller_deadline_misses: Counter
@@ -246,6 +247,12 @@ def build_metrics(
         controller_zero_prefill_steps=Counter(
             "dlfp_controller_zero_prefill_steps",
             "Steps with decodes and waiting prefill that carried no prefill: nothing fitted.",
+            registry=r,
+        ),
+        controller_floor_steps=Counter(
+            "dlfp_controller_floor_steps",
+            "Steps that carried min_cap_tokens of prefill because the ITL objective left no "
+            "slack beside the decodes' own tail.",
             registry=r,
         ),
         controller_ttft_overdue_steps=Counter(

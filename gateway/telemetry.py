@@ -44,10 +44,11 @@ def plan_gauge_values(plan: object) -> dict[str, float]:
 
 
 class ZeroPrefillShare:
-    """The share of the deadline plan's steps that carried no prefill, over the last
-    ``polls`` polls (``num_zero_prefill_steps`` over ``num_planned_steps``): admission's
-    signal that the decodes leave no slack (``Admission.zero_prefill_share``). A poll with
-    no planned step clears it: the signal is about the plan in force now."""
+    """The share of the deadline plan's steps that found no slack for one prefill token,
+    over the last ``polls`` polls (``num_zero_prefill_steps`` plus ``num_floor_steps``, over
+    ``num_planned_steps``): admission's signal that the decodes leave no slack
+    (``Admission.zero_prefill_share``). A poll with no planned step clears it: the signal is
+    about the plan in force now."""
 
     def __init__(self, polls: int = 4) -> None:
         self._deltas: deque[tuple[int, int]] = deque(maxlen=polls)
@@ -57,6 +58,8 @@ class ZeroPrefillShare:
         zero, planned = live.get("num_zero_prefill_steps"), live.get("num_planned_steps")
         if not isinstance(zero, int) or not isinstance(planned, int):
             return 0.0  # an engine that does not plan deadlines
+        floor = live.get("num_floor_steps")
+        zero += floor if isinstance(floor, int) else 0
         last = self._last
         self._last = (zero, planned)
         if last is None or zero < last[0] or planned <= last[1]:
@@ -80,6 +83,7 @@ class ControllerMirror:
         self._metrics = metrics
         self._counters: dict[str, Counter] = {
             "num_zero_prefill_steps": metrics.controller_zero_prefill_steps,
+            "num_floor_steps": metrics.controller_floor_steps,
             "num_ttft_overdue_steps": metrics.controller_ttft_overdue_steps,
             "num_deadline_steps": metrics.controller_deadline_steps,
             "num_deadline_misses": metrics.controller_deadline_misses,

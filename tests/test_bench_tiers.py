@@ -32,8 +32,8 @@ def _record(
 
 def test_the_objectives_follow_the_machine_and_the_phases_change_the_mix() -> None:
     interactive, long, batch = PLAN.tiers
-    assert interactive.itl_slo_ms == 90.0  # 2.5 x 36 ms, up to 10 ms
-    assert long.prompt_tokens == 795 and long.ttft_slo_ms == 9000.0
+    assert interactive.itl_slo_ms == 90.0  # 2.25 x 36 ms, up to 10 ms
+    assert long.prompt_tokens == 398 and long.ttft_slo_ms == 6000.0
     assert batch.itl_slo_ms == long.itl_slo_ms == 1080.0
     sent = arrivals(PLAN, seed=1)
     assert sent == arrivals(PLAN, seed=1) and sent != arrivals(PLAN, seed=2)
@@ -43,7 +43,8 @@ def test_the_objectives_follow_the_machine_and_the_phases_change_the_mix() -> No
         assert PHASES.index(phase) * 4.0 <= send_s < (PHASES.index(phase) + 1) * 4.0
     rates = {p.name: p.rates_rps for p in PLAN.phases}
     assert rates["chat"]["interactive"] > 5 * rates["documents"]["interactive"]
-    assert rates["documents"]["long"] > 5 * rates["chat"]["long"]
+    assert rates["documents"]["long"] > 4 * rates["chat"]["long"]
+    assert rates["documents"]["batch"] > 4 * rates["chat"]["batch"]
 
 
 def test_a_request_meets_its_objectives_only_if_served_in_time_with_few_late_gaps() -> None:

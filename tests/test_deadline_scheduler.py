@@ -55,9 +55,14 @@ def prefill_tokens(scheduled: dict[str, int]) -> dict[str, int]:
     return {r: n for r, n in scheduled.items() if r not in ("d1", "d2")}
 
 
-def test_nothing_fits_no_prefill_while_every_decode_keeps_its_token(model_dir: Path) -> None:
-    # 100 ms / 1.5 cannot hold even the two decodes' 120 ms.
+def test_nothing_fits_no_prefill_while_every_decode_keeps_its_token(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 100 ms / 1.5 cannot hold even the two decodes' 120 ms; the slack short only now (a
+    # step ran long), not for want of any beside the decodes' tail.
     scheduler = decoding(model_dir, with_partial_prefill=True, itl_slo_ms=100)
+    plan = scheduler.dlfp_controller._deadline_plan
+    monkeypatch.setattr(plan, "_lacks_slack", lambda *args: False)
     scheduler.add_request(make_request("p", 200))
     before = scheduler.dlfp_controller.state.num_zero_prefill_steps
     scheduled = run_step(scheduler).num_scheduled_tokens
@@ -73,6 +78,19 @@ def test_nothing_fits_no_prefill_while_every_decode_keeps_its_token(model_dir: P
     assert prefill_tokens(run_step(scheduler).num_scheduled_tokens)
 
 
+def test_no_slack_beside_the_decodes_tail_moves_prefill_at_the_floor(model_dir: Path) -> None:
+    """Where the objective leaves no slack even right after a token, the step carries
+    ``min_cap_tokens`` (as the tightest static cap would), not nothing for ever."""
+    scheduler = decoding(model_dir, with_partial_prefill=True, itl_slo_ms=100)
+    scheduler.add_request(make_request("p", 200))
+    state = scheduler.dlfp_controller.state
+    scheduled = run_step(scheduler).num_scheduled_tokens
+    after = scheduler.dlfp_controller.state
+    assert sum(prefill_tokens(scheduled).values()) == scheduler.dlfp_params.min_cap_tokens
+    assert after.num_floor_steps == state.num_floor_steps + 1
+    assert after.num_zero_prefill_steps == state.num_zero_prefill_steps
+
+
 def test_a_prefill_past_its_ttft_deadline_is_not_forced_beyond_the_slack(
     model_dir: Path,
 ) -> None:
@@ -81,8 +99,8 @@ def test_a_prefill_past_its_ttft_deadline_is_not_forced_beyond_the_slack(
     late.arrival_time = time.time() - 31.0  # ttft_slo_ms is 30 s
     scheduler.add_request(late)
     scheduled = run_step(scheduler).num_scheduled_tokens
-    # No slack: counted as overdue, and the streams keep their objective.
-    assert scheduled == {"d1": 1, "d2": 1}
+    # No slack: counted as overdue, and it moves at the floor, not the whole prompt.
+    assert sum(prefill_tokens(scheduled).values()) == scheduler.dlfp_params.min_cap_tokens
     assert scheduler.dlfp_controller.state.num_ttft_overdue_steps == 1
 
 

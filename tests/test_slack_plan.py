@@ -40,6 +40,8 @@ class Run:
     """What the plant's true slack allows each step, at the same tail quantile."""
     late: list[bool] = field(default_factory=list)
     outlier: list[bool] = field(default_factory=list)
+    floor: list[bool] = field(default_factory=list)
+    """Whether the plan sent ``min_cap_tokens`` for want of any slack."""
     first_token_step: dict[str, int] = field(default_factory=dict)
     ttft_s: dict[str, float] = field(default_factory=dict)
     controller: PrefillCapController | None = None
@@ -111,6 +113,7 @@ def serve(
             ),
         )
         candidates = [(computed[n], prompts[n][1] - computed[n]) for n in waiting]
+        num_floor_steps = controller._deadline_plan.num_floor_steps
         cap = controller.on_schedule(
             NUM_STREAMS,
             candidates=candidates,
@@ -143,6 +146,7 @@ def serve(
         run.oracle.append(oracle_tokens(plant, candidates[0][0], step) if candidates else 0)
         run.late.append(seconds > ITL_SLO_S)
         run.outlier.append(seconds > 1.9 * exact_s)
+        run.floor.append(controller._deadline_plan.num_floor_steps > num_floor_steps)
     return run
 
 
@@ -235,10 +239,17 @@ def test_the_fit_follows_a_drifting_speed_and_stays_near_the_plant() -> None:
     zero = [s for s in drifting if run.prefill[s] == 0 and run.oracle[s] >= 1]
     assert len(zero) <= 0.05 * len(drifting), zero
     # Where the plant left slack at all (at its slowest the decodes alone reach the
-    # objective), the steps keep it.
-    feasible = [s for s in drifting if run.oracle[s] >= 1 and not run.outlier[s]]
+    # objective), the steps the plan sized keep it.
+    feasible = [
+        s for s in drifting if run.oracle[s] >= 1 and not run.outlier[s] and not run.floor[s]
+    ]
     within = [not run.late[s] for s in feasible]
     assert sum(within) / len(within) >= 0.9, (len(feasible), sum(within))
+    # Where it left none, the prompt still moved at the floor, never held.
+    floor = [s for s in drifting if run.floor[s]]
+    assert floor and all(run.prefill[s] == PARAMS.min_cap_tokens for s in floor)
+    held = [s for s in drifting if run.prefill[s] == 0]
+    assert len(held) <= 0.02 * len(drifting), held
 
 
 def test_short_prompts_beside_a_long_one_do_no_worse_than_the_best_static_cap() -> None:

@@ -6,16 +6,17 @@ machine's decode step and lone prefill rate), so the workload asks of every mach
 about what it asks of this one:
 
 - ``interactive``: a chat question of 10 to 40 words, 32 tokens streamed, TTFT within
-  2 s and every gap within 2.5 decode steps of 8 streams;
+  2 s and every gap within ``INTERACTIVE_STEPS`` decode steps of 8 streams;
 - ``long``: a document of about ``LONG_PREFILL_S`` of lone prefill, 16 tokens, TTFT
   within ``LONG_TTFT_PREFILLS`` times that, gaps within 30 decode steps;
 - ``batch``: a 300-token prompt, 128 tokens, TTFT within 20 s, gaps within 30 steps.
 
 The phases, about 25 s each: ``chat`` (interactive streams nearly always decoding, a
-few documents), ``documents`` (documents near the prefill capacity, batch decoding
-beside them, few chats) and ``batch`` (batch and chat streams, a document now and
-then). Each tier arrives as a seeded Poisson process at its phase's rate, so the same
-seed sends the same requests at the same times in every arm.
+few documents), ``documents`` (documents at ``DOCUMENTS_LOAD`` of the prefill rate, batch
+jobs arriving often enough that a batch stream nearly always decodes beside them, few
+chats) and ``batch`` (batch and chat streams, a document now and then). Each tier arrives
+as a seeded Poisson process at its phase's rate, so the same seed sends the same requests
+at the same times in every arm.
 """
 
 from __future__ import annotations
@@ -30,17 +31,20 @@ from bench.lib.workload import make_prompt
 
 TIERS = ("interactive", "long", "batch")
 PHASES = ("chat", "documents", "batch")
-LONG_PREFILL_S = 1.5
+INTERACTIVE_STEPS = 2.25
+"""A chat's gaps stay within this many decode steps of 8 streams."""
+LONG_PREFILL_S = 0.75
 """A document takes about this much lone prefill."""
-LONG_TTFT_PREFILLS = 6.0
+LONG_TTFT_PREFILLS = 8.0
 """A document's TTFT objective, in its lone prefill times."""
-DOCUMENTS_LOAD = 0.7
-"""The documents phase offers this share of the lone prefill rate in documents."""
+DOCUMENTS_LOAD = 0.6
+"""The documents phase offers this share of the lone prefill rate in documents (and
+batch jobs add about another tenth)."""
 LOOSE_STEPS = 30
 """Documents and batch jobs tolerate gaps of this many decode steps (of 8 streams)."""
 MAX_LONG_TOKENS = 3000
 """Documents stay within a 4,096-token context, however fast the prefill."""
-MAX_LONG_RATE_RPS = 1.0
+MAX_LONG_RATE_RPS = 2.0
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,7 @@ def plan_from(
     long_tokens = min(MAX_LONG_TOKENS, max(64, round(LONG_PREFILL_S * prefill_tokens_per_s)))
     long_rate = min(MAX_LONG_RATE_RPS, DOCUMENTS_LOAD * prefill_tokens_per_s / long_tokens)
     tiers = (
-        Tier("interactive", 32, 2000.0, _round10(2.5 * decode_step_ms_8), None),
+        Tier("interactive", 32, 2000.0, _round10(INTERACTIVE_STEPS * decode_step_ms_8), None),
         Tier(
             "long",
             16,
@@ -103,8 +107,8 @@ def plan_from(
         Tier("batch", 128, 20_000.0, _round10(LOOSE_STEPS * decode_step_ms_8), 300),
     )
     phases = (
-        Phase("chat", phase_s, {"interactive": 1.2, "long": 0.08, "batch": 0.04}),
-        Phase("documents", phase_s, {"interactive": 0.08, "long": long_rate, "batch": 0.12}),
+        Phase("chat", phase_s, {"interactive": 1.0, "long": 0.16, "batch": 0.04}),
+        Phase("documents", phase_s, {"interactive": 0.08, "long": long_rate, "batch": 0.24}),
         Phase("batch", phase_s, {"interactive": 0.4, "long": 0.04, "batch": 0.4}),
     )
     return TierPlan(tiers, phases, tail_s)

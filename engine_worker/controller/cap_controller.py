@@ -137,6 +137,7 @@ class PrefillCapController(StepEvents):
             margin_samples=plan.slack.num_margin_samples,
             increment_samples=plan.slack.num_increment_samples,
             num_zero_prefill_steps=plan.num_zero_prefill_steps,
+            num_floor_steps=plan.num_floor_steps,
             num_ttft_overdue_steps=plan.num_ttft_overdue_steps,
             num_planned_steps=plan.num_planned_steps,
             num_boost_steps=plan.num_boost_steps,

@@ -9,8 +9,13 @@ tail, fits the slack the tightest stream deadline leaves after the decodes' own 
     slack = min_i end(token_i) + itl_slo - base - q_D * D(n, ctx)
     R(k)  = max{R : m * I(R, A(R)) <= slack}
 
-No floor: a 1-token step is allowed, and a step carries no prefill only when not even one
-token fits (counted: ``num_zero_prefill_steps``). A prefill past its TTFT deadline is not
+No floor while there is slack: a 1-token step is allowed. Where not even one token fits,
+the step carries no prefill (counted: ``num_zero_prefill_steps``) when the slack is only
+short now (a step ran long, the deadline is near); when the streams' objective leaves no
+slack even right after a token (the decodes' own tail fills it), holding the prefill buys
+them nothing a later step can keep, and the step carries ``min_cap_tokens``, as the
+tightest static cap would (counted: ``num_floor_steps``): an admitted prompt is never held
+without end. Both count as load to shed for admission. A prefill past its TTFT deadline is not
 forced beyond the slack: it goes on at the slack's rate. A step that completes prefills
 ends with them (see ``DeadlinePlan.plan``). A prefill at risk of its TTFT deadline may
 go beyond the slack where the steps it needs fit the overrun allowance the streams'
@@ -52,6 +57,9 @@ class Deadline:
     is_bound: bool
     is_boost: bool = False
     """Whether the step goes beyond the slack to finish a prefill at risk of its TTFT."""
+    is_floor: bool = False
+    """Whether the step carries ``min_cap_tokens`` because the objective leaves no slack
+    beside the decodes' own tail."""
 
 
 class DeadlinePlan:
@@ -65,6 +73,7 @@ class DeadlinePlan:
         self.margin_correction = 1.0
         self._recent: deque[StepRecord] = deque(maxlen=RECENT_STEPS)
         self.num_zero_prefill_steps = 0
+        self.num_floor_steps = 0
         self.slack_rate_tokens_per_s: float | None = None
         """Prefill tokens a second at the latest deadline-bound step's budget."""
         self.num_ttft_overdue_steps = 0
@@ -222,6 +231,12 @@ class DeadlinePlan:
             )
             cap, attention = self.slack.budget_tokens(slack_s, candidates, margin)
             cap = min(cap, p.max_cap_tokens)
+            if cap == 0 and candidates and self._lacks_slack(itl_slo_s, decode_s, margin):
+                cap = min(p.min_cap_tokens, left)
+                self.num_floor_steps += 1
+                step_s = decode_s + self.slack.increment_s(cap, 0.0)
+                self.slack_rate_tokens_per_s = cap / step_s if step_s > 0 else 0.0
+                return Deadline(cap, deadline_s, margin, False, is_floor=True)
             step_s = decode_s + self.slack.increment_s(cap, attention)
             self.slack_rate_tokens_per_s = cap / step_s if step_s > 0 else 0.0
             if head_ttft_left_s is not None and candidates:
@@ -244,6 +259,13 @@ class DeadlinePlan:
             cap, is_bound = completed, False
         self.num_zero_prefill_steps += cap == 0
         return Deadline(cap, deadline_s, margin, is_bound)
+
+    def _lacks_slack(self, itl_slo_s: float, decode_s: float, margin: float) -> bool:
+        """Whether one prefill token does not fit even a step that starts right after a
+        token of the binding stream: its objective, less the host's share and the decodes'
+        tail, is under the token's increment times ``margin``."""
+        room_s = itl_slo_s - self.host_s() - decode_s * self.slack.decode_tail()
+        return room_s < margin * self.slack.increment_s(1, 0.0)
 
     def _boost_tokens(
         self,
@@ -283,8 +305,10 @@ class DeadlinePlan:
 
         Returns whether the correction was updated (a feedback step).
         """
-        if record.deadline_s is None or record.done_at_s is None or record.is_boost:
-            return False  # a boost is late by design: it says nothing of the margin
+        if record.deadline_s is None or record.done_at_s is None:
+            return False
+        if record.is_boost or record.is_floor:
+            return False  # late by design: it says nothing of the margin
         if self.slack.is_outlier(record.predicted_s, observed_s) and not self.slack.is_slower:
             return False  # no margin meets it; the slack model counts it
         overrun = record.done_at_s > record.deadline_s

@@ -220,6 +220,9 @@ class ControllerState:
     aside)."""
     num_zero_prefill_steps: int = 0
     """Steps with decodes and waiting prefill that carried no prefill: nothing fitted."""
+    num_floor_steps: int = 0
+    """Deadline plan: steps that carried ``min_cap_tokens`` because the streams' objective
+    left no slack beside the decodes' own tail."""
     num_ttft_overdue_steps: int = 0
     """Deadline plan: planned steps with a prefill past its TTFT deadline (it goes on at the
     slack's rate)."""

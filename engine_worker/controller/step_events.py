@@ -179,6 +179,7 @@ class StepEvents:
             margin_correction=self._deadline_plan.margin_correction,
             is_deadline_bound=deadline is not None and deadline.is_bound,
             is_boost=deadline is not None and deadline.is_boost,
+            is_floor=deadline is not None and deadline.is_floor,
         )
         self._num_mixed_steps += record.is_mixed
         self._num_decode_free_steps += pending.num_decoding == 0
@@ -201,7 +202,10 @@ class StepEvents:
             observation = Observation.COMPLETION
         self._observation_in_force = observation
         observed_s = record.completion_timed_s(self._params.observation)
-        if observed_s is not None and record.shape is not None:
+        # NOTE: not a floor step: its few tokens' increment is small beside the decodes'
+        # time, then at their slowest, so the fit would read the decode time's error as
+        # prefill cost (the prefill rate came out 2.3x the plant's).
+        if observed_s is not None and record.shape is not None and not record.is_floor:
             # The model predicts the same quantity the feedback law corrects.
             self.observe_model(record.shape, observed_s)
         if self._params.controller == ControllerMode.DLFP_CT:

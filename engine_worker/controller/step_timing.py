@@ -93,6 +93,8 @@ class StepRecord:
     """Whether the deadline, rather than the cap's bounds or the prefills left, set the cap."""
     is_boost: bool = False
     """Whether the deadline plan went beyond the slack to finish a prefill at TTFT risk."""
+    is_floor: bool = False
+    """Whether the deadline plan sent ``min_cap_tokens`` for want of any slack."""
 
     @property
     def is_mixed(self) -> bool:
