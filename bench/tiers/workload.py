@@ -31,7 +31,7 @@ from bench.lib.workload import make_prompt
 
 TIERS = ("interactive", "long", "batch")
 PHASES = ("chat", "documents", "batch")
-INTERACTIVE_STEPS = 2.25
+INTERACTIVE_STEPS = 2.0
 """A chat's gaps stay within this many decode steps of 8 streams."""
 LONG_PREFILL_S = 0.75
 """A document takes about this much lone prefill."""
