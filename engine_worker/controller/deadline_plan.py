@@ -223,22 +223,21 @@ class DeadlinePlan:
         else:
             # NOTE: under device the model predicts device time, and the stream waits
             # for the host's share as well.
-            slack_s = (
-                deadline_s
-                - self._base_s(now_s)
-                - self.host_s()
-                - decode_s * self.slack.decode_tail()
-            )
+            host_s = self.host_s()
+            decode_tail_s = decode_s * self.slack.decode_tail()
+            slack_s = deadline_s - self._base_s(now_s) - host_s - decode_tail_s
             cap, attention = self.slack.budget_tokens(slack_s, candidates, margin)
             cap = min(cap, p.max_cap_tokens)
-            if cap == 0 and candidates and self._lacks_slack(itl_slo_s, decode_s, margin):
-                cap = min(p.min_cap_tokens, left)
+            # The slack of a step that starts right after the binding stream's token.
+            room_s = itl_slo_s - host_s - decode_tail_s
+            is_floor = cap == 0 and bool(candidates) and self._lacks_slack(room_s, margin)
+            if is_floor:
+                cap, attention = min(p.min_cap_tokens, left), 0.0
                 self.num_floor_steps += 1
-                step_s = decode_s + self.slack.increment_s(cap, 0.0)
-                self.slack_rate_tokens_per_s = cap / step_s if step_s > 0 else 0.0
-                return Deadline(cap, deadline_s, margin, False, is_floor=True)
             step_s = decode_s + self.slack.increment_s(cap, attention)
             self.slack_rate_tokens_per_s = cap / step_s if step_s > 0 else 0.0
+            if is_floor:
+                return Deadline(cap, deadline_s, margin, False, is_floor=True)
             if head_ttft_left_s is not None and candidates:
                 boost = self._boost_tokens(
                     cap, slack_s, candidates[0], margin, head_ttft_left_s, itl_slo_s
@@ -260,11 +259,10 @@ class DeadlinePlan:
         self.num_zero_prefill_steps += cap == 0
         return Deadline(cap, deadline_s, margin, is_bound)
 
-    def _lacks_slack(self, itl_slo_s: float, decode_s: float, margin: float) -> bool:
-        """Whether one prefill token does not fit even a step that starts right after a
-        token of the binding stream: its objective, less the host's share and the decodes'
-        tail, is under the token's increment times ``margin``."""
-        room_s = itl_slo_s - self.host_s() - decode_s * self.slack.decode_tail()
+    def _lacks_slack(self, room_s: float, margin: float) -> bool:
+        """Whether one prefill token does not fit ``room_s``, the slack of a step that
+        starts right after a token of the binding stream (its objective less the host's
+        share and the decodes' tail): the token's increment times ``margin`` exceeds it."""
         return room_s < margin * self.slack.increment_s(1, 0.0)
 
     def _boost_tokens(
