@@ -47,8 +47,10 @@ class DriftingPlant:
     AVX2, float32): a decode-only step of ``90 + 11 n`` ms for ``n`` decodes, about 9 ms a
     prefill token, lognormal noise of ``sigma``, outliers of 2-7x at a rate of
     ``outlier_rate`` in bursts of ``burst`` steps, and a slowness that ramps from 1.0 to
-    ``peak_slowness`` and back over ``drift_steps`` steps starting at ``drift_start``.
-    ``step_s`` is called once a step, in order: the bursts and the drift follow the calls.
+    ``peak_slowness`` and back over ``drift_steps`` steps starting at ``drift_start``. A step
+    that carries prefill pays ``mixed_s`` more (a CPU's mixed-batch path, which no increment
+    per token describes). ``step_s`` is called once a step, in order: the bursts and the
+    drift follow the calls.
     """
 
     work: ContextPlant = field(
@@ -63,6 +65,7 @@ class DriftingPlant:
     peak_slowness: float = 1.6
     drift_start: int = 400
     drift_steps: int = 300
+    mixed_s: float = 0.0
     num_steps: int = 0
     burst_left: int = 0
 
@@ -81,7 +84,10 @@ class DriftingPlant:
 
     def exact_s(self, shape: StepShape, step: int | None = None) -> float:
         """The step's time without noise or outliers, at ``step``'s slowness."""
-        return self.work.exact_s(shape) * self.slowness(self.num_steps if step is None else step)
+        mixed_s = self.mixed_s if shape.num_prefill_tokens else 0.0
+        return (self.work.exact_s(shape) + mixed_s) * self.slowness(
+            self.num_steps if step is None else step
+        )
 
     def step_s(self, shape: StepShape, rng: random.Random) -> float:
         """The next step's time: noise, and an outlier now and then."""

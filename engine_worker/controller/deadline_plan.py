@@ -15,8 +15,11 @@ short now (a step ran long, the deadline is near); when the streams' objective l
 slack even right after a token (the decodes' own tail fills it), holding the prefill buys
 them nothing a later step can keep, and the step carries ``min_cap_tokens``, as the
 tightest static cap would (counted: ``num_floor_steps``): an admitted prompt is never held
-without end. Both count as load to shed for admission. A prefill past its TTFT deadline is not
-forced beyond the slack: it goes on at the slack's rate. A step that completes prefills
+without end. So does a step whose budget is under ``min_cap_tokens`` while the objective
+is lost (over ``LOST_FACTOR`` times its allowed share of the recent deadline steps ended
+late): trickling fewer tokens keeps no gap within it, and only delays the prompts. Both
+count as load to shed for admission. A prefill past its TTFT deadline is not forced
+beyond the slack: it goes on at the slack's rate. A step that completes prefills
 ends with them (see ``DeadlinePlan.plan``). A prefill at risk of its TTFT deadline may
 go beyond the slack where the steps it needs fit the overrun allowance the streams'
 quantile objective leaves (see ``DeadlinePlan.plan``). Under ``observation: device`` the plan works
@@ -45,6 +48,11 @@ RECENT_STEPS = 64
 """Steps whose end times the deadline plan can look up (a stream's last token is in one)."""
 OVERRUN_WINDOW = 200
 """Completed deadline steps over which the overrun allowance is counted."""
+LOST_FACTOR = 10.0
+"""The streams' objective counts as lost while more than this many times its allowed share
+(``1 - margin_quantile``) of the last ``OVERRUN_WINDOW`` deadline steps ended late."""
+LOST_MIN_STEPS = 50
+"""Deadline steps completed before the objective can count as lost."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,8 @@ class DeadlinePlan:
         """Steps the plan sized (decodes and prefill candidates)."""
         self.num_boost_steps = 0
         self._late: deque[bool] = deque(maxlen=OVERRUN_WINDOW)
+        self._num_late = 0
+        """Late steps in ``_late``."""
         self._boosts_in_flight = 0
 
     def apply_params(self, params: CapParams) -> None:
@@ -95,6 +105,7 @@ class DeadlinePlan:
         self.host_share.reset()
         self.margin_correction = 1.0
         self._late.clear()
+        self._num_late = 0
 
     def margin_value(self) -> float:
         return self.slack.margin() * self.margin_correction
@@ -124,13 +135,24 @@ class DeadlinePlan:
             is_late = record.done_at_s > record.deadline_s
             self.num_deadline_steps += 1
             self.num_deadline_misses += is_late
+            if len(self._late) == self._late.maxlen:
+                self._num_late -= self._late[0]
             self._late.append(is_late)
+            self._num_late += is_late
 
     def overrun_allowance(self) -> float:
         """Overruns the streams' objective still allows: ``(1 - q) N`` over the last ``N``
         completed deadline steps, less those that ended late and the boosts in flight."""
         allowed = (1.0 - self._params.margin_quantile) * len(self._late)
-        return allowed - sum(self._late) - self._boosts_in_flight
+        return allowed - self._num_late - self._boosts_in_flight
+
+    def objective_lost(self) -> bool:
+        """Whether the streams' objective is lost: of at least ``LOST_MIN_STEPS`` recent
+        completed deadline steps, more than ``LOST_FACTOR`` times the share the objective
+        allows (``1 - margin_quantile``) ended late."""
+        num = len(self._late)
+        allowed = (1.0 - self._params.margin_quantile) * num
+        return num >= LOST_MIN_STEPS and self._num_late > LOST_FACTOR * allowed
 
     def unplanned(
         self,
@@ -230,7 +252,10 @@ class DeadlinePlan:
             cap = min(cap, p.max_cap_tokens)
             # The slack of a step that starts right after the binding stream's token.
             room_s = itl_slo_s - host_s - decode_tail_s
-            is_floor = cap == 0 and bool(candidates) and self._lacks_slack(room_s, margin)
+            is_floor = cap < min(p.min_cap_tokens, left) and (
+                (cap == 0 and self._lacks_slack(room_s, candidates, margin))
+                or self.objective_lost()
+            )
             if is_floor:
                 cap, attention = min(p.min_cap_tokens, left), 0.0
                 self.num_floor_steps += 1
@@ -259,11 +284,14 @@ class DeadlinePlan:
         self.num_zero_prefill_steps += cap == 0
         return Deadline(cap, deadline_s, margin, is_bound)
 
-    def _lacks_slack(self, room_s: float, margin: float) -> bool:
-        """Whether one prefill token does not fit ``room_s``, the slack of a step that
-        starts right after a token of the binding stream (its objective less the host's
-        share and the decodes' tail): the token's increment times ``margin`` exceeds it."""
-        return room_s < margin * self.slack.increment_s(1, 0.0)
+    def _lacks_slack(
+        self, room_s: float, candidates: Sequence[tuple[int, int]], margin: float
+    ) -> bool:
+        """Whether not one token of the first candidate fits ``room_s``, the slack of a
+        step that starts right after a token of the binding stream (its objective less the
+        host's share and the decodes' tail): its increment, attention over the prompt's
+        computed tokens included, times ``margin`` exceeds it."""
+        return self.slack.budget_tokens(room_s, candidates[:1], margin)[0] == 0
 
     def _boost_tokens(
         self,
