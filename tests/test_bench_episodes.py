@@ -240,6 +240,19 @@ def test_the_verdict_takes_the_feasible_static_cap_with_the_lowest_ttft() -> Non
     assert verdict["incomplete_arms"] == ["fixed-64"]
 
 
+def test_where_no_static_cap_is_feasible_the_reference_has_the_tightest_gaps() -> None:
+    plan = {"fixed-8": (0.02, 3.0, 9.0), "fixed-64": (0.08, 1.0, 4.0), "dlfp-ct": (0.03, 1.5, 9.9)}
+    records = {
+        arm: {e: _record(arm, e, gap, short * (1 + e / 10), long) for e in range(4)}
+        for arm, (gap, short, long) in plan.items()
+    }
+    verdict = summarize_episodes(records, itl_slo_ms=10.0)["verdict"]
+    assert verdict["feasible_static_arms"] == [] and verdict["best_static_arm"] is None
+    assert verdict["reference_arm"] == "fixed-8"
+    assert verdict["ratios"]["dlfp-ct"]["ttft_short"]["ratio"] == pytest.approx(0.5)
+    assert verdict["ratios"]["dlfp-ct"]["ttft_long"]["ratio"] == pytest.approx(1.1)
+
+
 def test_a_run_that_sent_other_prompts_is_left_out() -> None:
     records = {arm: {e: _record(arm, e, 0.05, 1.0, 4.0) for e in range(3)} for arm in ARMS}
     for by_episode in records.values():

@@ -225,7 +225,9 @@ def static_arms(arms: Iterable[str]) -> list[str]:
 def verdict(
     figures: dict[str, dict[int, dict[str, Any]]], arms: dict[str, dict[str, Any]], slo_ms: float
 ) -> dict[str, Any]:
-    """The feasible static caps, the best of them, and every arm's TTFT ratio against it."""
+    """The feasible static caps, the best of them, and every arm's TTFT ratio against the
+    reference: that best one, or where no static cap is feasible, the one with the tightest
+    gaps (lowest window P99 gap)."""
     static = static_arms(arms)
     feasible = [
         a
@@ -234,6 +236,12 @@ def verdict(
     ]
     ttft = {a: arms[a]["ttft_mean_episode_mean"]["mean"] for a in feasible}
     best = min((a for a in feasible if ttft[a] is not None), key=lambda a: ttft[a], default=None)
+    tightest = min(
+        (a for a in static if arms[a]["window_p99_gap_ms"] is not None),
+        key=lambda a: arms[a]["window_p99_gap_ms"],
+        default=None,
+    )
+    reference = best if best is not None else tightest
     most = max((len(a["episodes"]) for a in arms.values()), default=0)
     result: dict[str, Any] = {
         "itl_slo_ms": slo_ms,
@@ -243,17 +251,18 @@ def verdict(
         "within_static_arms": [a for a in static if arms[a]["feasibility"] == WITHIN],
         "feasibility": {a: s["feasibility"] for a, s in arms.items()},
         "best_static_arm": best,
+        "reference_arm": reference,
         "ratios": {},
     }
-    if best is not None:
+    if reference is not None:
         result["ratios"] = {
             arm: {
-                "ttft": paired_ratio(figures, arm, best, "ttft_mean_ms"),
-                "ttft_short": paired_ratio(figures, arm, best, "ttft_short_mean_ms"),
-                "ttft_long": paired_ratio(figures, arm, best, "ttft_long_mean_ms"),
+                "ttft": paired_ratio(figures, arm, reference, "ttft_mean_ms"),
+                "ttft_short": paired_ratio(figures, arm, reference, "ttft_short_mean_ms"),
+                "ttft_long": paired_ratio(figures, arm, reference, "ttft_long_mean_ms"),
             }
             for arm in arms
-            if arm != best
+            if arm != reference
         }
     if SENTINEL in figures and SENTINEL_OF in figures:
         ratio = paired_ratio(figures, SENTINEL, SENTINEL_OF, "ttft_mean_ms")
@@ -344,7 +353,7 @@ def format_episodes_markdown(summary: dict[str, Any]) -> str:
     ]
     for arm, s in summary["arms"].items():
         ratios = v["ratios"].get(arm, {})
-        ref = " (reference)" if arm == v["best_static_arm"] else ""
+        ref = " (reference)" if arm == v.get("reference_arm", v["best_static_arm"]) else ""
         share = s["window_share_over_slo"]
         goodput = s["stream_goodput"]
         p99 = {"mean": s["window_p99_gap_ms"], **(s["window_p99_gap_interval_ms"] or {})}
@@ -361,7 +370,10 @@ def format_episodes_markdown(summary: dict[str, Any]) -> str:
         )
     lines.append("")
     if v["best_static_arm"] is None:
-        lines.append(f"No static cap kept its window P99 gap within {slo:g} ms.")
+        lines.append(
+            f"No static cap kept its window P99 gap within {slo:g} ms. The reference (the "
+            f"tightest gaps): {v.get('reference_arm') or 'none'}."
+        )
     else:
         within = ", ".join(v["within_static_arms"]) or "none"
         lines.append(
