@@ -252,7 +252,7 @@ def build_metrics(
         controller_floor_steps=Counter(
             "dlfp_controller_floor_steps",
             "Steps that carried min_cap_tokens of prefill because the ITL objective left no "
-            "slack beside the decodes' own tail.",
+            "slack beside the decodes' own tail, or was lost (most recent steps late).",
             registry=r,
         ),
         controller_ttft_overdue_steps=Counter(

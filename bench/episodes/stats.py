@@ -353,7 +353,7 @@ def format_episodes_markdown(summary: dict[str, Any]) -> str:
     ]
     for arm, s in summary["arms"].items():
         ratios = v["ratios"].get(arm, {})
-        ref = " (reference)" if arm == v.get("reference_arm", v["best_static_arm"]) else ""
+        ref = " (reference)" if arm == v["reference_arm"] else ""
         share = s["window_share_over_slo"]
         goodput = s["stream_goodput"]
         p99 = {"mean": s["window_p99_gap_ms"], **(s["window_p99_gap_interval_ms"] or {})}
@@ -372,7 +372,7 @@ def format_episodes_markdown(summary: dict[str, Any]) -> str:
     if v["best_static_arm"] is None:
         lines.append(
             f"No static cap kept its window P99 gap within {slo:g} ms. The reference (the "
-            f"tightest gaps): {v.get('reference_arm') or 'none'}."
+            f"tightest gaps): {v['reference_arm'] or 'none'}."
         )
     else:
         within = ", ".join(v["within_static_arms"]) or "none"

@@ -67,7 +67,7 @@ class Deadline:
     """Whether the step goes beyond the slack to finish a prefill at risk of its TTFT."""
     is_floor: bool = False
     """Whether the step carries ``min_cap_tokens`` because the objective leaves no slack
-    beside the decodes' own tail."""
+    beside the decodes' own tail, or is lost (``DeadlinePlan.objective_lost``)."""
 
 
 class DeadlinePlan:
@@ -143,16 +143,20 @@ class DeadlinePlan:
     def overrun_allowance(self) -> float:
         """Overruns the streams' objective still allows: ``(1 - q) N`` over the last ``N``
         completed deadline steps, less those that ended late and the boosts in flight."""
-        allowed = (1.0 - self._params.margin_quantile) * len(self._late)
-        return allowed - self._num_late - self._boosts_in_flight
+        return self._allowed_late() - self._num_late - self._boosts_in_flight
 
     def objective_lost(self) -> bool:
         """Whether the streams' objective is lost: of at least ``LOST_MIN_STEPS`` recent
         completed deadline steps, more than ``LOST_FACTOR`` times the share the objective
         allows (``1 - margin_quantile``) ended late."""
-        num = len(self._late)
-        allowed = (1.0 - self._params.margin_quantile) * num
-        return num >= LOST_MIN_STEPS and self._num_late > LOST_FACTOR * allowed
+        return len(self._late) >= LOST_MIN_STEPS and self._num_late > LOST_FACTOR * (
+            self._allowed_late()
+        )
+
+    def _allowed_late(self) -> float:
+        """Late steps the streams' ``q`` quantile objective allows among those counted in
+        ``_late``: ``(1 - q) N``."""
+        return (1.0 - self._params.margin_quantile) * len(self._late)
 
     def unplanned(
         self,
@@ -252,12 +256,13 @@ class DeadlinePlan:
             cap = min(cap, p.max_cap_tokens)
             # The slack of a step that starts right after the binding stream's token.
             room_s = itl_slo_s - host_s - decode_tail_s
-            is_floor = cap < min(p.min_cap_tokens, left) and (
+            floor_tokens = min(p.min_cap_tokens, left)
+            is_floor = cap < floor_tokens and (
                 (cap == 0 and self._lacks_slack(room_s, candidates, margin))
                 or self.objective_lost()
             )
             if is_floor:
-                cap, attention = min(p.min_cap_tokens, left), 0.0
+                cap, attention = floor_tokens, 0.0
                 self.num_floor_steps += 1
             step_s = decode_s + self.slack.increment_s(cap, attention)
             self.slack_rate_tokens_per_s = cap / step_s if step_s > 0 else 0.0

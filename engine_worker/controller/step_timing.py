@@ -94,7 +94,8 @@ class StepRecord:
     is_boost: bool = False
     """Whether the deadline plan went beyond the slack to finish a prefill at TTFT risk."""
     is_floor: bool = False
-    """Whether the deadline plan sent ``min_cap_tokens`` for want of any slack."""
+    """Whether the deadline plan sent ``min_cap_tokens`` for want of any slack or with the
+    objective lost (``Deadline.is_floor``)."""
 
     @property
     def is_mixed(self) -> bool:
