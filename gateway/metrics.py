@@ -252,7 +252,8 @@ def build_metrics(
         controller_floor_steps=Counter(
             "dlfp_controller_floor_steps",
             "Steps that carried min_cap_tokens of prefill because the ITL objective left no "
-            "slack beside the decodes' own tail, or was lost (most recent steps late).",
+            "slack beside the decodes' own tail, was lost (most recent steps late), or will "
+            "leave none at the first prompt's end.",
             registry=r,
         ),
         controller_ttft_overdue_steps=Counter(

@@ -63,6 +63,7 @@ def test_nothing_fits_no_prefill_while_every_decode_keeps_its_token(
     scheduler = decoding(model_dir, with_partial_prefill=True, itl_slo_ms=100)
     plan = scheduler.dlfp_controller._deadline_plan
     monkeypatch.setattr(plan, "_lacks_slack", lambda *args: False)
+    monkeypatch.setattr(plan, "_end_lacks_slack", lambda *args: False)
     scheduler.add_request(make_request("p", 200))
     before = scheduler.dlfp_controller.state.num_zero_prefill_steps
     scheduled = run_step(scheduler).num_scheduled_tokens

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from bench.lib.plant import DriftingPlant
+from bench.lib.plant import ContextPlant, DriftingPlant
 from engine_worker.controller.cap_controller import PrefillCapController
 from engine_worker.controller.cost_model import StepShape, chunk_attention
 from engine_worker.engine_core.prefill_order import AT_RISK, OUT_OF_REACH, candidates_in_order
@@ -101,17 +101,22 @@ def serve(
             if arrival == step:
                 arrival_s[name] = clock()
         at_risk = _at_risk(controller, prompts, computed, arrival_s, clock(), ttft_slo_s)
-        waiting = sorted(
-            (
-                name
-                for name, (arrival, size) in prompts.items()
-                if arrival <= step and computed[name] < size
-            ),
-            key=lambda name: (
-                (0, arrival_s[name]) if name in at_risk else (1, 0.0),
-                prompts[name][1] - computed[name],
-            ),
-        )
+        deadlines_s = {name: s + (ttft_slo_s or 0.0) for name, s in arrival_s.items()}
+        waiting = [
+            c.request.request_id
+            for c in candidates_in_order(
+                [],
+                [
+                    _Request(name, size, computed[name], arrival_time=arrival_s[name])
+                    for name, (arrival, size) in prompts.items()
+                    if arrival <= step and computed[name] < size
+                ],
+                srpf=True,
+                by_priority=False,
+                ttft_classes={name: (AT_RISK, deadlines_s[name]) for name in at_risk},
+                deadlines_s=deadlines_s,
+            )
+        ]
         candidates = [(computed[n], prompts[n][1] - computed[n]) for n in waiting]
         num_floor_steps = controller._deadline_plan.num_floor_steps
         cap = controller.on_schedule(
@@ -334,6 +339,42 @@ def test_at_risk_prompts_go_first_by_deadline_and_those_out_of_reach_last() -> N
     ]
 
 
+@pytest.mark.parametrize(
+    ("first_long_deadline_s", "expected"),
+    [
+        (30.0, ["short-early", "short-late", "long-first", "long-at-risk"]),
+        (33.0, ["short-early", "long-at-risk", "short-late", "long-first"]),
+    ],
+)
+def test_an_at_risk_prompt_goes_ahead_only_of_later_deadlines(
+    first_long_deadline_s: float, expected: list[str]
+) -> None:
+    """Going ahead of a prompt with an earlier deadline saves no deadline (that prompt then
+    ends when the one at risk would have, past its own earlier deadline) and delays a
+    shorter prompt by a longer one: the one at risk stops behind it."""
+    requests = [
+        _Request("long-first", 1600, num_computed_tokens=600),
+        _Request("short-early", 60),
+        _Request("long-at-risk", 1600),
+        _Request("short-late", 60),
+    ]
+    deadlines_s = {
+        "long-first": first_long_deadline_s,
+        "short-early": 30.5,
+        "long-at-risk": 31.5,
+        "short-late": 32.0,
+    }
+    order = candidates_in_order(
+        [],
+        requests,
+        srpf=True,
+        by_priority=False,
+        ttft_classes={"long-at-risk": (AT_RISK, 31.5)},
+        deadlines_s=deadlines_s,
+    )
+    assert [c.request.request_id for c in order] == expected
+
+
 def test_a_stream_past_its_objective_binds_the_plan_within_twice_it() -> None:
     clock = FakeClock()
     controller = PrefillCapController(PARAMS, clock=clock, wall_clock=clock)
@@ -367,3 +408,52 @@ def test_at_risk_prompts_meet_their_deadlines_within_the_overrun_bound() -> None
     settled = range(100, 1400)
     late = [s for s in settled if planned.late[s] and not planned.outlier[s]]
     assert len(late) <= 0.01 * len(settled) + 1, late
+
+
+HEAVY_ATTENTION = ContextPlant(
+    base_s=0.090, decode_s=0.011, prefill_s_per_token=0.009, attention_s_per_token2=3e-4, noise=0.0
+)
+"""Thin slack in which a prompt's attention soon takes it: a few tokens fit at its start,
+not one at the end of a 150-token prompt."""
+
+
+@pytest.mark.parametrize(
+    ("prompt_tokens", "is_floor"),
+    [(50, False), (150, True), (250, True), (2000, False)],
+)
+def test_a_prompt_whose_end_lacks_slack_moves_at_the_floor_from_its_start(
+    prompt_tokens: int, is_floor: bool
+) -> None:
+    """Where the prompt's last token will not fit the slack (its attention over the whole
+    prompt), its end takes floor steps however it starts: it moves at the floor from its
+    first step rather than trickling first, within the horizon of the TTFT objective (at
+    2,000 tokens the floor would not finish it within 30 s). A 50-token prompt's end fits:
+    it trickles."""
+    clock = FakeClock()
+    controller = PrefillCapController(PARAMS, clock=clock, wall_clock=clock)
+    rng = random.Random(0)
+    decodes = StepShape(NUM_STREAMS, CONTEXT)
+    for _ in range(300):
+        computed, chunk = rng.randrange(0, 600), rng.randrange(1, 16)
+        for shape in (
+            decodes,
+            StepShape(NUM_STREAMS, CONTEXT, chunk, chunk_attention(computed, chunk)),
+        ):
+            controller.observe_model(
+                shape, HEAVY_ATTENTION.exact_s(shape) * rng.lognormvariate(0, 0.02)
+            )
+    controller.on_schedule(NUM_STREAMS, decode_context_tokens=CONTEXT)
+    controller.on_scheduled(0, NUM_STREAMS, shape=decodes)
+    clock.advance(HEAVY_ATTENTION.exact_s(decodes))
+    controller.on_step_done()
+    plan = controller._deadline_plan
+    before = plan.num_floor_steps
+    cap = controller.on_schedule(
+        NUM_STREAMS,
+        candidates=[(0, prompt_tokens)],
+        decode_context_tokens=CONTEXT,
+        oldest_token_step=0,
+    )
+    assert (plan.num_floor_steps == before + 1) == is_floor
+    assert cap is not None and cap > 0
+    assert (cap == PARAMS.min_cap_tokens) == is_floor, cap

@@ -17,8 +17,10 @@ them nothing a later step can keep, and the step carries ``min_cap_tokens``, as 
 tightest static cap would (counted: ``num_floor_steps``): an admitted prompt is never held
 without end. So does a step whose budget is under ``min_cap_tokens`` while the objective
 is lost (over ``LOST_FACTOR`` times its allowed share of the recent deadline steps ended
-late): trickling fewer tokens keeps no gap within it, and only delays the prompts. Both
-count as load to shed for admission. A prefill past its TTFT deadline is not forced
+late): trickling fewer tokens keeps no gap within it, and only delays the prompts; and so
+does one whose first candidate's last token will not fit (its end takes floor steps
+however it starts), where floor steps would finish it within ``ttft_slo_ms``. All count
+as load to shed for admission. A prefill past its TTFT deadline is not forced
 beyond the slack: it goes on at the slack's rate. A step that completes prefills
 ends with them (see ``DeadlinePlan.plan``). A prefill at risk of its TTFT deadline may
 go beyond the slack where the steps it needs fit the overrun allowance the streams'
@@ -67,7 +69,8 @@ class Deadline:
     """Whether the step goes beyond the slack to finish a prefill at risk of its TTFT."""
     is_floor: bool = False
     """Whether the step carries ``min_cap_tokens`` because the objective leaves no slack
-    beside the decodes' own tail, or is lost (``DeadlinePlan.objective_lost``)."""
+    beside the decodes' own tail, is lost (``DeadlinePlan.objective_lost``), or will leave
+    none at the first prompt's end (``DeadlinePlan._end_lacks_slack``)."""
 
 
 class DeadlinePlan:
@@ -260,6 +263,7 @@ class DeadlinePlan:
             is_floor = cap < floor_tokens and (
                 (cap == 0 and self._lacks_slack(room_s, candidates, margin))
                 or self.objective_lost()
+                or self._end_lacks_slack(room_s, candidates[0], margin, decode_s, floor_tokens)
             )
             if is_floor:
                 cap, attention = floor_tokens, 0.0
@@ -297,6 +301,28 @@ class DeadlinePlan:
         host's share and the decodes' tail): its increment, attention over the prompt's
         computed tokens included, times ``margin`` exceeds it."""
         return self.slack.budget_tokens(room_s, candidates[:1], margin)[0] == 0
+
+    def _end_lacks_slack(
+        self,
+        room_s: float,
+        head: tuple[int, int],
+        margin: float,
+        decode_s: float,
+        floor_tokens: int,
+    ) -> bool:
+        """Whether the first candidate's last token, its attention over the whole prompt
+        included, will not fit ``room_s`` (``_lacks_slack`` at its end), where floor steps
+        would finish it within ``ttft_slo_ms`` (the horizon the plan looks ahead): its end
+        then takes floor steps beyond the slack however it starts, and trickling before
+        them keeps no gap objective, it only delays its first token."""
+        computed, remaining = head
+        if self.slack.budget_tokens(room_s, [(computed + remaining - 1, 1)], margin)[0] > 0:
+            return False
+        num_steps = -(-remaining // floor_tokens)
+        floor_s = num_steps * decode_s + self.slack.increment_s(
+            remaining, remaining * (computed + remaining / 2)
+        )
+        return floor_s <= self._params.ttft_slo_ms / 1000.0
 
     def _boost_tokens(
         self,

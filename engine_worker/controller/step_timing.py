@@ -94,8 +94,8 @@ class StepRecord:
     is_boost: bool = False
     """Whether the deadline plan went beyond the slack to finish a prefill at TTFT risk."""
     is_floor: bool = False
-    """Whether the deadline plan sent ``min_cap_tokens`` for want of any slack or with the
-    objective lost (``Deadline.is_floor``)."""
+    """Whether the deadline plan sent ``min_cap_tokens`` for want of any slack, now or at the
+    first prompt's end, or with the objective lost (``Deadline.is_floor``)."""
 
     @property
     def is_mixed(self) -> bool:
@@ -166,6 +166,8 @@ class StepRecord:
             "target_ms": _to_ms(self.target_s),
             "margin": self.margin,
             "deadline_slack_ms": self.deadline_slack_ms(),
+            "is_boost": self.is_boost,
+            "is_floor": self.is_floor,
             "done_unix_s": self.done_unix_s,
             "is_feedback": self.is_feedback,
         }

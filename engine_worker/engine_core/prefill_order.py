@@ -19,6 +19,7 @@ Duck-typed on vLLM's ``Request`` (``num_tokens``, ``num_computed_tokens``,
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -27,9 +28,10 @@ from typing import Any, NamedTuple
 MAX_HELD_STEPS = 4
 """Most consecutive capped steps a prefill in progress may go without tokens."""
 AT_RISK, ON_TIME, OUT_OF_REACH = 0, 1, 2
-"""TTFT classes under ``srpf``, served in this order: a prefill the slack's rate would not
-finish by its TTFT deadline (earliest deadline first), one it would (shortest remaining
-first), and one no rate would (shortest remaining first, at the slack's rate)."""
+"""TTFT classes under ``srpf``: a prefill the slack's rate would not finish by its TTFT
+deadline (served ahead of every prefill with a later deadline, earliest deadline first),
+one it would (shortest remaining first), and one no rate would (last, shortest remaining
+first, at the slack's rate)."""
 
 
 class Candidate(NamedTuple):
@@ -80,18 +82,20 @@ def candidates_in_order(
     by_priority: bool,
     starving_ids: frozenset[str] = frozenset(),
     ttft_classes: Mapping[str, tuple[int, float]] | None = None,
+    deadlines_s: Mapping[str, float] | None = None,
 ) -> list[Candidate]:
     """The step's prefill candidates in the order the step should serve them.
 
     ``fcfs`` keeps vLLM's order (running, then waiting); ``srpf`` sorts by
-    (starving first, priority if ``by_priority``, TTFT class, the deadline of one at
-    risk, remaining tokens, arrival); ``ttft_classes`` maps a request id to its class
-    and deadline where it is not ``ON_TIME``.
+    (starving first, priority if ``by_priority``, out of reach last, remaining tokens,
+    arrival), then moves each prefill at risk ahead of those with a later TTFT deadline
+    (``srpf_order``); ``ttft_classes`` maps a request id to its class and deadline where it
+    is not ``ON_TIME``, ``deadlines_s`` every candidate's deadline (where one is at risk).
     """
     candidates = prefill_candidates(running_prefills, waiting)
     if not srpf:
         return candidates
-    return srpf_order(candidates, by_priority, starving_ids, ttft_classes or {})
+    return srpf_order(candidates, by_priority, starving_ids, ttft_classes or {}, deadlines_s)
 
 
 def prefill_candidates(running_prefills: Iterable[Any], waiting: Iterable[Any]) -> list[Candidate]:
@@ -113,8 +117,15 @@ def srpf_order(
     by_priority: bool,
     starving_ids: frozenset[str],
     ttft_classes: Mapping[str, tuple[int, float]],
+    deadlines_s: Mapping[str, float] | None = None,
 ) -> list[Candidate]:
     """``candidates`` sorted as ``candidates_in_order`` sorts them under ``srpf``.
+
+    A prefill at risk moves ahead, earliest deadline first, only of those with a later TTFT
+    deadline (``deadlines_s``; a candidate without one has none) in its own block
+    (starving or not, one priority). Going ahead of one with an earlier deadline cannot
+    save a deadline: that one would then end when the one at risk would have, already past
+    its own earlier deadline. It only delays a shorter prompt by a longer one.
 
     NOTE: a key part the same for every candidate (no one starving, no TTFT class, no
     priority) is left out: the order is the same, and the key is built per candidate
@@ -125,20 +136,39 @@ def srpf_order(
         return sorted(candidates, key=_remaining_arrival)
     on_time = (ON_TIME, 0.0)
 
-    def key(c: Candidate) -> tuple[int, int, int, float, int, float]:
+    def block(c: Candidate) -> tuple[int, int]:
         request = c.request
-        request_id = request.request_id
-        ttft_class, deadline_s = ttft_classes.get(request_id, on_time)
         return (
-            0 if request_id in starving_ids else 1,
+            0 if request.request_id in starving_ids else 1,
             request.priority if by_priority else 0,
-            ttft_class,
-            deadline_s if ttft_class == AT_RISK else 0.0,
-            c.remaining_tokens,
-            request.arrival_time,
         )
 
-    return sorted(candidates, key=key)
+    def key(c: Candidate) -> tuple[tuple[int, int], bool, int, float]:
+        request = c.request
+        ttft_class = ttft_classes.get(request.request_id, on_time)[0]
+        return (block(c), ttft_class == OUT_OF_REACH, c.remaining_tokens, request.arrival_time)
+
+    order = sorted(candidates, key=key)
+    at_risk = sorted(
+        (c for c in order if ttft_classes.get(c.request.request_id, on_time)[0] == AT_RISK),
+        key=lambda c: ttft_classes[c.request.request_id][1],
+    )
+    deadlines = {request_id: d for request_id, (_, d) in ttft_classes.items()}
+    deadlines.update(deadlines_s or {})
+    for candidate in at_risk:
+        deadline_s = ttft_classes[candidate.request.request_id][1]
+        own_block = block(candidate)
+        index = order.index(candidate)
+        ahead = index
+        while ahead > 0:
+            other = order[ahead - 1]
+            other_s = deadlines.get(other.request.request_id, math.inf)
+            if block(other) != own_block or other_s <= deadline_s:
+                break
+            ahead -= 1
+        if ahead < index:
+            order.insert(ahead, order.pop(index))
+    return order
 
 
 def _remaining_arrival(c: Candidate) -> tuple[int, float]:

@@ -74,7 +74,14 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         if now_unix_s:
             classes = self._ttft_classes(candidates, deadlines, now_unix_s)
         by_priority = self.policy.value == "priority"
-        candidates = srpf_order(candidates, by_priority, first, classes)
+        # NOTE: every candidate's deadline only where one is at risk (it may go ahead only
+        # of those with a later one).
+        deadline_by_id = (
+            {c.request.request_id: d for c, d in zip(candidates, deadlines, strict=True)}
+            if any(ttft_class == AT_RISK for ttft_class, _ in classes.values())
+            else None
+        )
+        candidates = srpf_order(candidates, by_priority, first, classes, deadline_by_id)
         if classes and candidates:
             ttft_class, deadline_s = classes.get(candidates[0].request.request_id, (ON_TIME, 0.0))
             self._head_deadline_s = deadline_s if ttft_class == AT_RISK else None
