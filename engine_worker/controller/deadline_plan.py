@@ -261,7 +261,7 @@ class DeadlinePlan:
             room_s = itl_slo_s - host_s - decode_tail_s
             floor_tokens = min(p.min_cap_tokens, left)
             is_floor = cap < floor_tokens and (
-                (cap == 0 and self._lacks_slack(room_s, candidates, margin))
+                (cap == 0 and self._lacks_slack(room_s, candidates[0], margin))
                 or self.objective_lost()
                 or self._end_lacks_slack(room_s, candidates[0], margin, decode_s, floor_tokens)
             )
@@ -293,14 +293,12 @@ class DeadlinePlan:
         self.num_zero_prefill_steps += cap == 0
         return Deadline(cap, deadline_s, margin, is_bound)
 
-    def _lacks_slack(
-        self, room_s: float, candidates: Sequence[tuple[int, int]], margin: float
-    ) -> bool:
-        """Whether not one token of the first candidate fits ``room_s``, the slack of a
-        step that starts right after a token of the binding stream (its objective less the
-        host's share and the decodes' tail): its increment, attention over the prompt's
-        computed tokens included, times ``margin`` exceeds it."""
-        return self.slack.budget_tokens(room_s, candidates[:1], margin)[0] == 0
+    def _lacks_slack(self, room_s: float, head: tuple[int, int], margin: float) -> bool:
+        """Whether not one token of ``head`` (``(computed, remaining)``) fits ``room_s``, the
+        slack of a step that starts right after a token of the binding stream (its objective
+        less the host's share and the decodes' tail): its increment, attention over the
+        prompt's computed tokens included, times ``margin`` exceeds it."""
+        return self.slack.budget_tokens(room_s, [head], margin)[0] == 0
 
     def _end_lacks_slack(
         self,
@@ -316,7 +314,7 @@ class DeadlinePlan:
         then takes floor steps beyond the slack however it starts, and trickling before
         them keeps no gap objective, it only delays its first token."""
         computed, remaining = head
-        if self.slack.budget_tokens(room_s, [(computed + remaining - 1, 1)], margin)[0] > 0:
+        if not self._lacks_slack(room_s, (computed + remaining - 1, 1), margin):
             return False
         num_steps = -(-remaining // floor_tokens)
         floor_s = num_steps * decode_s + self.slack.increment_s(

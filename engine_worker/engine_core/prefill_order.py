@@ -153,8 +153,13 @@ def srpf_order(
         (c for c in order if ttft_classes.get(c.request.request_id, on_time)[0] == AT_RISK),
         key=lambda c: ttft_classes[c.request.request_id][1],
     )
-    deadlines = {request_id: d for request_id, (_, d) in ttft_classes.items()}
-    deadlines.update(deadlines_s or {})
+    if not at_risk:
+        return order
+    deadlines = (
+        deadlines_s
+        if deadlines_s is not None
+        else {request_id: d for request_id, (_, d) in ttft_classes.items()}
+    )
     for candidate in at_risk:
         deadline_s = ttft_classes[candidate.request.request_id][1]
         own_block = block(candidate)
