@@ -19,6 +19,7 @@ import pytest
 from bench.lib.plant import ContextPlant, DriftingPlant
 from engine_worker.controller.cap_controller import PrefillCapController
 from engine_worker.controller.cost_model import StepShape, chunk_attention
+from engine_worker.controller.deadline_plan import DeadlinePlan
 from engine_worker.engine_core.prefill_order import AT_RISK, OUT_OF_REACH, candidates_in_order
 from tests.cap_params import cap_params
 from tests.fake_clock import FakeClock
@@ -457,3 +458,54 @@ def test_a_prompt_whose_end_lacks_slack_moves_at_the_floor_from_its_start(
     assert (plan.num_floor_steps == before + 1) == is_floor
     assert cap is not None and cap > 0
     assert (cap == PARAMS.min_cap_tokens) == is_floor, cap
+
+
+def _collapsed_plan() -> DeadlinePlan:
+    """A deadline plan at a 90 ms objective with 2 streams whose increment fit has been
+    driven toward the floor of its rates: 16-token steps that took less than the decodes'
+    fitted time (as when the decode fit moves off with a decode count it has not seen)."""
+    plan = DeadlinePlan(cap_params(itl_slo_ms=90.0))
+    decodes, chunk = StepShape(2, 1000), StepShape(2, 1000, 16, chunk_attention(200, 16))
+    for _ in range(16):
+        plan.slack.observe(decodes, 0.040)
+    for _ in range(16):
+        plan.slack.observe(chunk, 0.070)
+    for _ in range(64):
+        plan.slack.observe(chunk, 0.030)
+    return plan
+
+
+def test_a_collapsed_increment_fit_moves_at_most_twice_the_last_steps() -> None:
+    """The fit has seen 16-token steps only; its rates are near zero, so its budget is
+    hundreds of tokens (a step of seconds on a CPU). The plan carries at most twice the
+    largest recent step. The step beyond that size is learnt although it is far over its
+    prediction (an outlier anywhere the fit has seen), and the bound does not grow on a
+    size the fit mispredicted: the plan settles at the true budget (about 23 tokens)."""
+    plan = _collapsed_plan()
+    candidates = [(200, 1357)]
+    unbounded, _ = plan.slack.budget_tokens(0.090 - 0.040, candidates, 1.0)
+    assert unbounded > 8 * 16  # the precondition: a collapsed fit
+    deadline = plan.plan(0.0, 2, 1000, candidates, oldest_token_step=0)
+    assert deadline.cap_tokens == 2 * 16
+    assert not deadline.is_bound
+    per_token_before = plan.slack.prefill_rates()[0]  # type: ignore[index]
+    outliers = plan.slack.num_outliers
+    beyond = StepShape(2, 1000, 32, chunk_attention(200, 32))
+    plan.slack.observe(beyond, 0.040 + 32 * 0.0015)
+    assert plan.slack.num_outliers == outliers
+    assert plan.slack.prefill_rates()[0] > 2 * per_token_before  # type: ignore[index]
+    assert plan.plan(0.0, 2, 1000, candidates, oldest_token_step=0).cap_tokens == 2 * 16
+    for _ in range(20):
+        cap = plan.plan(0.0, 2, 1000, candidates, oldest_token_step=0).cap_tokens
+        assert cap is not None and cap <= 2 * 16
+        plan.slack.observe(StepShape(2, 1000, cap, chunk_attention(200, cap)), 0.040 + cap * 0.0015)
+    assert 16 <= plan.plan(0.0, 2, 1000, candidates, oldest_token_step=0).cap_tokens <= 28
+
+
+def test_a_slow_step_within_the_sizes_seen_stays_an_outlier() -> None:
+    """A step no larger than the recent ones that runs far over its prediction is noise
+    (a burst): kept out of the fits."""
+    plan = _collapsed_plan()
+    outliers = plan.slack.num_outliers
+    plan.slack.observe(StepShape(2, 1000, 16, chunk_attention(200, 16)), 0.5)
+    assert plan.slack.num_outliers == outliers + 1

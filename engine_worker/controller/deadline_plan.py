@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine_worker.controller.cost_model import StepShape
+from engine_worker.controller.cost_model import StepShape, plan_prefill
 from engine_worker.controller.host_share import HostShareWindow
 from engine_worker.controller.margin import corrected
 from engine_worker.controller.modes import Observation
@@ -247,8 +247,9 @@ class DeadlinePlan:
         left = sum(remaining for _, remaining in candidates)
         decodes = StepShape(num_decoding, decode_context_tokens)
         decode_s = self.slack.decode_s(decodes)
+        limit = p.max_cap_tokens
         if deadline_s is None:
-            cap = p.max_cap_tokens
+            cap = limit
         else:
             # NOTE: under device the model predicts device time, and the stream waits
             # for the host's share as well.
@@ -256,7 +257,9 @@ class DeadlinePlan:
             decode_tail_s = decode_s * self.slack.decode_tail()
             slack_s = deadline_s - self._base_s(now_s) - host_s - decode_tail_s
             cap, attention = self.slack.budget_tokens(slack_s, candidates, margin)
-            cap = min(cap, p.max_cap_tokens)
+            limit = self._limit_tokens()
+            if cap > limit:
+                cap, attention = plan_prefill(candidates, limit)
             # The slack of a step that starts right after the binding stream's token.
             room_s = itl_slo_s - host_s - decode_tail_s
             floor_tokens = min(p.min_cap_tokens, left)
@@ -278,7 +281,9 @@ class DeadlinePlan:
                 )
                 if boost:
                     return Deadline(boost, deadline_s, margin, False, is_boost=True)
-        is_bound = cap < p.max_cap_tokens and cap < left
+        # The deadline set the cap unless a bound did (``max_cap_tokens``, the trust
+        # bound) or the prefills left did.
+        is_bound = cap < limit and cap < left
         # NOTE: a step that completes prefills ends with them: the first tokens come
         # at the end of the step, so a short prompt is not kept waiting for a step
         # stretched to the deadline with the next prompt's chunk (which waits one
@@ -292,6 +297,12 @@ class DeadlinePlan:
             cap, is_bound = completed, False
         self.num_zero_prefill_steps += cap == 0
         return Deadline(cap, deadline_s, margin, is_bound)
+
+    def _limit_tokens(self) -> int:
+        """The most a step may carry whatever the slack: ``max_cap_tokens``, and what the
+        slack model's fits are trusted for (``SlackModel.trusted_tokens``)."""
+        p = self._params
+        return min(p.max_cap_tokens, self.slack.trusted_tokens(p.min_cap_tokens))
 
     def _lacks_slack(self, room_s: float, head: tuple[int, int], margin: float) -> bool:
         """Whether not one token of ``head`` (``(computed, remaining)``) fits ``room_s``, the
@@ -337,7 +348,7 @@ class DeadlinePlan:
         rate = self.slack_rate_tokens_per_s or 0.0
         deficit = remaining - rate * max(left_s, 0.0)
         tokens, _ = self.slack.budget_tokens(slack_s + itl_slo_s, [head], margin)
-        tokens = min(tokens, self._params.max_cap_tokens)
+        tokens = min(tokens, self._limit_tokens())
         if deficit <= 0 or tokens <= cap:
             return 0
         num_boosts = 1

@@ -27,6 +27,16 @@ decodes' noise, which their own tail covers, is not counted twice. A step beyond
 and fits (no plan can meet it, and the tail would stay inflated for a whole window);
 from the ``OUTLIER_RUN``-th in a row they are the machine's new speed, and learnt.
 
+The fits are trusted only near the sizes they predict: a step with decodes carries at
+most ``TRUST_GROWTH`` times the largest prefill of the last ``TRUST_STEPS`` such steps
+that were not outliers (``trusted_tokens``). With decode counts that barely vary, the
+decode fit's intercept and per-decode slope are not both identified, and a new count
+can move ``D`` far off; the increment, fitted on ``t - D``, then follows it to the floor
+of its rates, where every token fits the slack. The bound turns such a collapse into a
+step at most twice the last ones. A larger step, the fits' only evidence of its size, is
+learnt even as an outlier (though kept out of the tails: its error is the fit's, not the
+machine's noise), and the bound grows only once the fits predict that size.
+
 The prefill budget of a step with ``slack`` seconds left after the decodes' tail
 ``q_D * D`` is the most tokens whose increment, times the margin, fits it: with
 candidates served in order, the ``r`` tokens taken from one whose prompt has ``s``
@@ -38,6 +48,7 @@ tokens only when even one does not fit.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Sequence
 
 from engine_worker.controller.cost_model import StepShape
@@ -54,6 +65,10 @@ MIN_INCREMENT_SAMPLES = 8
 MIN_TAIL_SAMPLES = 8
 STARTING_TAIL = 1.5
 """Both tails' factor until ``MIN_TAIL_SAMPLES`` ratios exist."""
+TRUST_STEPS = 64
+"""Steps with decodes and prefill, not outliers, whose largest prefill bounds the next."""
+TRUST_GROWTH = 2
+"""The most a step's prefill may exceed the largest of the last ``TRUST_STEPS`` by."""
 MIN_INCREMENT_SHARE = 0.25
 """The least increment (a share of the decode time) whose ratio the margin learns."""
 OUTLIER_RATIO = 1.5
@@ -119,6 +134,8 @@ class SlackModel:
         self._increment_tail = SlidingWindow(TAIL_STEPS)
         self.num_outliers = 0
         self._outliers_in_a_row = 0
+        self._chunks: deque[int] = deque(maxlen=TRUST_STEPS)
+        """Prefill tokens of the last steps with decodes that were not outliers."""
 
     def reset(self) -> None:
         self.__init__(self.quantile)  # type: ignore[misc]
@@ -191,6 +208,13 @@ class SlackModel:
     def is_outlier(self, predicted_s: float | None, seconds: float) -> bool:
         return predicted_s is not None and seconds > OUTLIER_RATIO * predicted_s
 
+    def trusted_tokens(self, least: int) -> int:
+        """The most prefill tokens a step with decodes may carry: ``TRUST_GROWTH`` times the
+        largest of the last ``TRUST_STEPS`` such steps that were not outliers, and at least
+        ``TRUST_GROWTH * least``."""
+        seen = max(self._chunks, default=0)
+        return TRUST_GROWTH * max(seen, least)
+
     def observe(self, shape: StepShape, seconds: float) -> None:
         """A completed step's time (seconds, as the controller observes them)."""
         if not math.isfinite(seconds) or seconds <= 0:
@@ -198,13 +222,20 @@ class SlackModel:
         decode_s = self.decode_s(shape)
         num_prefill = shape.num_prefill_tokens
         predicted_s = self.predict_s(shape)
-        if self.is_outlier(predicted_s, seconds):
+        is_outlier, is_beyond = self.is_outlier(predicted_s, seconds), False
+        if num_prefill and shape.num_decode_tokens:
+            is_beyond = num_prefill > max(self._chunks, default=0)
+            if not is_outlier:  # a size the fits predict
+                self._chunks.append(num_prefill)
+        if is_outlier and not is_beyond:
             self._outliers_in_a_row += 1
             if self._outliers_in_a_row < OUTLIER_RUN:
                 self.num_outliers += 1
                 return
         else:
             self._outliers_in_a_row = 0
+        # A step beyond the sizes seen errs by the fit's error, not the machine's noise.
+        joins_tail = not (is_outlier and is_beyond)
         if not num_prefill:
             if self._decode.num_samples >= MIN_DECODE_SAMPLES and decode_s > 0:
                 self._decode_tail.add(seconds / decode_s)
@@ -215,7 +246,7 @@ class SlackModel:
         x = _increment_features(num_prefill, shape.attention_tokens2)
         increment_s = self.increment_s(num_prefill, shape.attention_tokens2)
         is_small = increment_s < MIN_INCREMENT_SHARE * decode_s
-        if self.is_ready and not is_small and decode_s > 0:
+        if self.is_ready and not is_small and decode_s > 0 and joins_tail:
             # What the step took beyond the decodes' tail, per predicted increment: its
             # q quantile is the margin that keeps q_D * D + m * I above a q share of steps.
             self._increment_tail.add((seconds - decode_s * self.decode_tail()) / increment_s)
