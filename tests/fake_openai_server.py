@@ -120,7 +120,9 @@ class FakeOpenAIServer:
                 "step_index": i,
                 "num_prefill_tokens": 64 * (i % 3),
                 "is_mixed": i % 3 == 1,
+                "num_decoding": 2,
                 "busy_ms": 50.0 + i,
+                "observation_ms": 50.0 + i,
                 "predicted_busy_ms": 48.0 + i,
             }
             for i in range(since, self.num_steps)

@@ -19,11 +19,12 @@ from bench.episodes.run import (
     read_record,
     read_records,
     record_path,
+    steps_path,
     write_record,
 )
 from bench.episodes.setup import check_arm_names, conditions, default_arm_names
 from bench.episodes.stats import SENTINEL, summarize_episodes, window_gaps
-from bench.lib.records import RequestRecord
+from bench.lib.records import RequestRecord, open_text
 from gateway.cli import main as gateway_main
 from tests.fake_openai_server import ADMIN_TOKEN, FakeOpenAIServer
 
@@ -101,6 +102,16 @@ def test_every_arm_replays_the_same_episode_in_a_rotated_order(
             assert (run.cut_s or 0.0) >= (run.window_end_s or 0.0) + 0.05
     # Episodes differ from each other.
     assert len({tuple(sorted(sent[records["off"][e].nonce])) for e in range(3)}) == 3
+    # Each run keeps the scheduler steps polled while it ran, none twice.
+    first_steps = []
+    for arm in ARMS:
+        for episode in range(3):
+            with open_text(steps_path(tmp_path, episode, arm)) as f:
+                steps = json.load(f)["steps"]
+            indices = [s["step_index"] for s in steps]
+            assert indices and indices == list(range(indices[0], indices[0] + len(indices)))
+            first_steps.append(indices[0])
+    assert len(set(first_steps)) == len(first_steps)
     # Every run switched its arm in over the baseline settings, then reset.
     fixed = {
         "controller": "fixed",

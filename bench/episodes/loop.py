@@ -4,12 +4,17 @@ Before each arm's run of an episode the gateway must be drained; then the arm's
 settings are applied over the gateway's start-up settings (``PATCH /admin/dlfp``)
 and the controller is reset (``POST /admin/dlfp/reset``), so that every run starts
 from the same controller state. The arm order rotates by one per episode and runs
-backwards in every odd episode (``episode_order``). A failed run is run again on resume. When the
-run ends, or fails, the gateway gets its start-up settings back.
+backwards in every odd episode (``episode_order``). A failed run is run again on
+resume. When the run ends, or fails, the gateway gets its start-up settings back.
+
+Each run's scheduler steps (``GET /admin/dlfp/steps``, polled while it runs) are kept
+beside its record (``steps_path``): what each step carried, what the controller planned
+and how long it took. The progress line names the run's longest step with decodes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
@@ -29,7 +34,9 @@ from bench.episodes.run import (
     read_record,
     record_path,
     run_episode,
+    steps_path,
     write_record,
+    write_steps,
 )
 from bench.episodes.stats import episode_figures
 from bench.lib.client import ClientSettings
@@ -42,6 +49,7 @@ from bench.lib.endpoint import (
     wait_ready,
 )
 from bench.lib.loadgen import Arm
+from bench.lib.step_poller import StepPoller
 from bench.lib.tokens import TokenCounter
 
 EPISODE_SEED_BASE = 5000
@@ -153,10 +161,14 @@ async def run_episodes(run: EpisodeRun, baseline: dict[str, Any], counter: Token
                     path = record_path(run.results_dir, episode, arm.name)
                     if path.exists() and read_record(path).error is None:
                         continue  # a failed run is run again
-                    record = await _run_one(http, run, baseline, arm, episode, position, prompts)
+                    record, steps = await _run_one(
+                        http, run, baseline, arm, episode, position, prompts
+                    )
+                    write_steps(steps_path(run.results_dir, episode, arm.name), steps)
                     write_record(path, record)
                     ran += 1
-                    _progress(done, total, t0, record, _brief(record, run.itl_slo_ms))
+                    brief = _brief(record, run.itl_slo_ms) + _steps_brief(steps)
+                    _progress(done, total, t0, record, brief)
         finally:
             # Leave the gateway as it was found (without hiding why the run stopped).
             try:
@@ -176,7 +188,8 @@ async def _run_one(
     episode: int,
     position: int,
     prompts: list[Prompt],
-) -> EpisodeRecord:
+) -> tuple[EpisodeRecord, list[dict[str, Any]]]:
+    """The arm's run of the episode, and the scheduler steps it took."""
     base_url = run.client.base_url
     await wait_ready(http, base_url, run.client.api_key, run.ready_timeout_s)
     await wait_drained(http, base_url)
@@ -194,4 +207,24 @@ async def _run_one(
         reset_response=reset.get("state") if isinstance(reset.get("state"), dict) else None,
         started_unix_s=time.time(),
     )
-    return await run_episode(http, run.client, run.shape, prompts, record)
+    steps = StepPoller(http, base_url, run.admin_token)
+    await steps.start()
+    polling = asyncio.create_task(steps.run())
+    try:
+        record = await run_episode(http, run.client, run.shape, prompts, record)
+    finally:
+        steps.stop()
+        await polling
+    return record, steps.steps
+
+
+def _steps_brief(steps: list[dict[str, Any]]) -> str:
+    """The run's longest step with decodes, and what it carried (empty without steps)."""
+    mixed = [s for s in steps if s.get("num_decoding") and s.get("observation_ms") is not None]
+    if not mixed:
+        return ""
+    longest = max(mixed, key=lambda s: s["observation_ms"])
+    return (
+        f", longest step {longest['observation_ms']:.0f} ms "
+        f"({longest.get('num_prefill_tokens', 0)} prefill tokens)"
+    )

@@ -285,6 +285,19 @@ def record_path(results_dir: Path, episode: int, arm: str) -> Path:
     return results_dir / "records" / f"episode-{episode}" / f"{arm}.json.gz"
 
 
+def steps_path(results_dir: Path, episode: int, arm: str) -> Path:
+    """Where a run's scheduler steps (``GET /admin/dlfp/steps``) are kept."""
+    return results_dir / "steps" / f"episode-{episode}" / f"{arm}.json.gz"
+
+
+def write_steps(path: Path, steps: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial.gz")
+    with open_text(partial, "w") as f:
+        json.dump({"steps": steps}, f)
+    partial.replace(path)
+
+
 def write_record(path: Path, record: EpisodeRecord) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial.gz")  # gzip, and never globbed
