@@ -509,3 +509,47 @@ def test_a_slow_step_within_the_sizes_seen_stays_an_outlier() -> None:
     outliers = plan.slack.num_outliers
     plan.slack.observe(StepShape(2, 1000, 16, chunk_attention(200, 16)), 0.5)
     assert plan.slack.num_outliers == outliers + 1
+
+
+def test_a_plan_held_at_the_floor_by_a_wrong_model_learns_its_way_off_it() -> None:
+    """A 90 ms objective with 2 streams whose decodes take 38 ms, on a plant whose prefill
+    costs 2 ms a token. The model has learnt a machine 30 times slower (slow steps in a
+    row are its new speed), and the machine is back at its speed: the model leaves not
+    one token of slack, so the plan sends floor steps, which are kept out of the fits.
+    These run far faster than predicted, which says the model, not the noise, is wrong:
+    they are learnt, and the plan leaves the floor (after about 130 steps here; kept out
+    of the fits, it would stay there for good)."""
+    plant = ContextPlant(
+        base_s=0.030, decode_s=0.004, prefill_s_per_token=0.002, attention_s_per_token2=1e-7
+    )
+    params = cap_params(itl_slo_ms=90.0)
+    rng = random.Random(0)
+    clock = FakeClock()
+    controller = PrefillCapController(params, clock=clock, wall_clock=clock)
+    decodes = StepShape(2, 1000)
+    for _ in range(200):
+        computed, chunk = rng.randrange(0, 600), rng.randrange(1, 32)
+        for shape in (decodes, StepShape(2, 1000, chunk, chunk_attention(computed, chunk))):
+            controller.observe_model(shape, plant.busy_s(shape, rng))
+    for size in (8, 12) * 4:
+        shape = StepShape(2, 1000, size, chunk_attention(0, size))
+        controller.observe_model(shape, 30 * plant.busy_s(shape, rng))
+    plan = controller._deadline_plan
+    floors, computed = [], 0
+    for step in range(300):
+        before = plan.num_floor_steps
+        cap = controller.on_schedule(
+            2,
+            candidates=[(computed, 4000 - computed)],
+            decode_context_tokens=1000,
+            oldest_token_step=step - 1,
+        )
+        assert cap is not None
+        shape = StepShape(2, 1000, cap, chunk_attention(computed, cap))
+        computed += cap
+        controller.on_scheduled(cap, 2, shape=shape)
+        clock.advance(plant.busy_s(shape, rng))
+        controller.on_step_done()
+        floors.append(plan.num_floor_steps > before)
+    assert floors[0]  # the wrong model holds the plan at the floor
+    assert not any(floors[-100:]), floors.count(True)

@@ -16,6 +16,7 @@ from engine_worker.controller.deadline_plan import Deadline, DeadlinePlan
 from engine_worker.controller.modes import ControllerMode, Observation
 from engine_worker.controller.params import CapParams
 from engine_worker.controller.proportional import ProportionalLaw
+from engine_worker.controller.slack_model import OUTLIER_RATIO
 from engine_worker.controller.step_timing import StepRecord, StepTimeline
 from engine_worker.controller.target_plan import plan_target_cap, resolve_target_s
 
@@ -204,8 +205,15 @@ class StepEvents:
         observed_s = record.completion_timed_s(self._params.observation)
         # NOTE: not a floor step: its few tokens' increment is small beside the decodes'
         # time, then at their slowest, so the fit would read the decode time's error as
-        # prefill cost (the prefill rate came out 2.3x the plant's).
-        if observed_s is not None and record.shape is not None and not record.is_floor:
+        # prefill cost (the prefill rate came out 2.3x the plant's). Unless it ran
+        # OUTLIER_RATIO times faster than predicted: then the model, not the noise, is
+        # wrong, and a plan held at the floor by it (every step a floor step, none
+        # learnt) would keep it wrong for good.
+        if (
+            observed_s is not None
+            and record.shape is not None
+            and (not record.is_floor or _is_far_faster(record.predicted_s, observed_s))
+        ):
             # The model predicts the same quantity the feedback law corrects.
             self.observe_model(record.shape, observed_s)
         if self._params.controller == ControllerMode.DLFP_CT:
@@ -257,3 +265,8 @@ class _Pending:
     is_planned: bool
     target_s: float
     deadline: Deadline | None
+
+
+def _is_far_faster(predicted_s: float | None, observed_s: float) -> bool:
+    """Whether a step took under ``1 / OUTLIER_RATIO`` of its prediction."""
+    return predicted_s is not None and observed_s * OUTLIER_RATIO < predicted_s
