@@ -516,9 +516,9 @@ def test_a_plan_held_at_the_floor_by_a_wrong_model_learns_its_way_off_it() -> No
     costs 2 ms a token. The model has learnt a machine 30 times slower (slow steps in a
     row are its new speed), and the machine is back at its speed: the model leaves not
     one token of slack, so the plan sends floor steps, which are kept out of the fits.
-    These run far faster than predicted, which says the model, not the noise, is wrong:
-    they are learnt, and the plan leaves the floor (after about 130 steps here; kept out
-    of the fits, it would stay there for good)."""
+    The model puts these past the objective, and they run far faster than that, which
+    says the model, not the noise, is wrong: they are learnt, and the plan leaves the
+    floor (kept out of the fits, it would stay there for good)."""
     plant = ContextPlant(
         base_s=0.030, decode_s=0.004, prefill_s_per_token=0.002, attention_s_per_token2=1e-7
     )

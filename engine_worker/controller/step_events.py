@@ -205,20 +205,33 @@ class StepEvents:
         observed_s = record.completion_timed_s(self._params.observation)
         # NOTE: not a floor step: its few tokens' increment is small beside the decodes'
         # time, then at their slowest, so the fit would read the decode time's error as
-        # prefill cost (the prefill rate came out 2.3x the plant's). Unless it ran
-        # OUTLIER_RATIO times faster than predicted: then the model, not the noise, is
-        # wrong, and a plan held at the floor by it (every step a floor step, none
-        # learnt) would keep it wrong for good.
+        # prefill cost (the prefill rate came out 2.3x the plant's). Unless the model put
+        # the floor step itself past the streams' objective and it ran in under
+        # 1 / OUTLIER_RATIO of that: then the model, not the noise, is wrong, and the plan
+        # it holds at the floor would never learn otherwise (every step a floor step).
+        # Only there: learning only the floor steps that ran fast pulls the fit down
+        # (a plan at 90 ms with 8 streams grew its steps from 100 to 457 ms over 8
+        # episodes when every such step was learnt).
         if (
             observed_s is not None
             and record.shape is not None
-            and (not record.is_floor or _is_far_faster(record.predicted_s, observed_s))
+            and (not record.is_floor or self._is_far_overpredicted(record, observed_s))
         ):
             # The model predicts the same quantity the feedback law corrects.
             self.observe_model(record.shape, observed_s)
         if self._params.controller == ControllerMode.DLFP_CT:
             self._observe(record, observed_s)
         return record
+
+    def _is_far_overpredicted(self, record: StepRecord, observed_s: float) -> bool:
+        """Whether the model put the step past ``itl_slo_ms`` and it took under
+        ``1 / OUTLIER_RATIO`` of that."""
+        predicted_s = record.predicted_s
+        return (
+            predicted_s is not None
+            and predicted_s > self._params.itl_slo_ms / 1000.0
+            and observed_s * OUTLIER_RATIO < predicted_s
+        )
 
     @property
     def _is_planning(self) -> bool:
@@ -265,8 +278,3 @@ class _Pending:
     is_planned: bool
     target_s: float
     deadline: Deadline | None
-
-
-def _is_far_faster(predicted_s: float | None, observed_s: float) -> bool:
-    """Whether a step took under ``1 / OUTLIER_RATIO`` of its prediction."""
-    return predicted_s is not None and observed_s * OUTLIER_RATIO < predicted_s
