@@ -16,7 +16,6 @@ from engine_worker.controller.deadline_plan import Deadline, DeadlinePlan
 from engine_worker.controller.modes import ControllerMode, Observation
 from engine_worker.controller.params import CapParams
 from engine_worker.controller.proportional import ProportionalLaw
-from engine_worker.controller.slack_model import OUTLIER_RATIO
 from engine_worker.controller.step_timing import StepRecord, StepTimeline
 from engine_worker.controller.target_plan import plan_target_cap, resolve_target_s
 
@@ -205,33 +204,13 @@ class StepEvents:
         observed_s = record.completion_timed_s(self._params.observation)
         # NOTE: not a floor step: its few tokens' increment is small beside the decodes'
         # time, then at their slowest, so the fit would read the decode time's error as
-        # prefill cost (the prefill rate came out 2.3x the plant's). Unless the model put
-        # the floor step itself past the streams' objective and it ran in under
-        # 1 / OUTLIER_RATIO of that: then the model, not the noise, is wrong, and the plan
-        # it holds at the floor would never learn otherwise (every step a floor step).
-        # Only there: learning only the floor steps that ran fast pulls the fit down
-        # (a plan at 90 ms with 8 streams grew its steps from 100 to 457 ms over 8
-        # episodes when every such step was learnt).
-        if (
-            observed_s is not None
-            and record.shape is not None
-            and (not record.is_floor or self._is_far_overpredicted(record, observed_s))
-        ):
+        # prefill cost (the prefill rate came out 2.3x the plant's).
+        if observed_s is not None and record.shape is not None and not record.is_floor:
             # The model predicts the same quantity the feedback law corrects.
             self.observe_model(record.shape, observed_s)
         if self._params.controller == ControllerMode.DLFP_CT:
             self._observe(record, observed_s)
         return record
-
-    def _is_far_overpredicted(self, record: StepRecord, observed_s: float) -> bool:
-        """Whether the model put the step past ``itl_slo_ms`` and it took under
-        ``1 / OUTLIER_RATIO`` of that."""
-        predicted_s = record.predicted_s
-        return (
-            predicted_s is not None
-            and predicted_s > self._params.itl_slo_ms / 1000.0
-            and observed_s * OUTLIER_RATIO < predicted_s
-        )
 
     @property
     def _is_planning(self) -> bool:
