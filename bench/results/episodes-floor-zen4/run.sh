@@ -7,6 +7,8 @@
 # fixed-8 at 60 ms), 8 episodes (6 at 60 ms), each run's scheduler steps kept. Sizing and
 # conditions are episodes-slack-zen4's (same machine). Run from the repository root, with
 # nothing else running: bench/results/episodes-floor-zen4/run.sh. Resumes where it stopped.
+# This run was stopped after the 90 ms conditions (the rule it measured was narrowed on
+# their figures): the folder holds slo90-d2 and slo90-d8 only, run at 770a841.
 set -euo pipefail
 OUT=bench/results/episodes-floor-zen4
 SIBLING=bench/results/episodes-slack-zen4
