@@ -7,7 +7,9 @@
 # paper's dlfp in every condition; 8 episodes where not said. Sizing and conditions are
 # episodes-slack-zen4's (same machine). Then `bench overhead`. Run from the repository
 # root, with nothing else running: bench/results/episodes-current-zen4/run.sh. Resumes
-# where it stopped.
+# where it stopped. The static arms' and off's step logs (steps/episode-<e>/fixed-<n>.json.gz,
+# off.json.gz; 1.6 MB) were dropped to keep bench/results under 25 MB: recover them with
+# git checkout b29eee4 -- bench/results/episodes-current-zen4
 set -euo pipefail
 OUT=bench/results/episodes-current-zen4
 SIBLING=bench/results/episodes-slack-zen4
