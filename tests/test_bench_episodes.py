@@ -7,6 +7,7 @@ sends, in what order, and what it records, never a timing.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections import defaultdict
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.episodes.loop import balanced_order
 from bench.episodes.run import (
     EpisodeRecord,
     read_record,
@@ -87,10 +89,9 @@ def test_every_arm_replays_the_same_episode_in_a_rotated_order(
         assert len({r.nonce for r in runs.values()}) == len(ARMS)
         prompts = {arm: sorted(sent[r.nonce]) for arm, r in runs.items()}
         assert len(prompts["off"]) == 4 and all(p == prompts["off"] for p in prompts.values())
-        # The order rotates by one per episode, and runs backwards in odd episodes.
+        # A balanced order: over the three episodes every arm runs once in every position.
         order = sorted(ARMS, key=lambda arm: runs[arm].position)
-        rotated = [*ARMS[episode:], *ARMS[:episode]]
-        assert order == (rotated[::-1] if episode % 2 else rotated)
+        assert order == [ARMS[i] for i in balanced_order(len(ARMS), episode)]
         assert len({r.prompts_sha256 for r in runs.values()}) == 1
         for run in runs.values():
             assert run.error is None, run.error
@@ -100,6 +101,8 @@ def test_every_arm_replays_the_same_episode_in_a_rotated_order(
             assert sends == pytest.approx([0.0, 0.05], abs=0.03)
             assert all(d.status == "ok" and d.chunk_s for d in run.decoders)
             assert (run.cut_s or 0.0) >= (run.window_end_s or 0.0) + 0.05
+    positions = {arm: {records[arm][e].position for e in range(3)} for arm in ARMS}
+    assert all(p == {0, 1, 2} for p in positions.values()), positions
     # Episodes differ from each other.
     assert len({tuple(sorted(sent[records["off"][e].nonce])) for e in range(3)}) == 3
     # Each run keeps the scheduler steps polled while it ran, none twice.
@@ -273,3 +276,21 @@ def test_a_run_that_sent_other_prompts_is_left_out() -> None:
     arms = summarize_episodes(records, itl_slo_ms=100.0)["arms"]
     assert arms["off"]["episodes"] == [0, 2] and "differ" in arms["off"]["failed_episodes"]["1"]
     assert arms["dlfp-ct"]["episodes"] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("num_arms", [2, 3, 4, 5, 6])
+def test_the_balanced_order_puts_every_arm_in_every_position_and_after_every_other(
+    num_arms: int,
+) -> None:
+    """Over a cycle of episodes (one of n rows for an even n, two for an odd n) every arm
+    runs in every position equally often, and follows every other arm equally often: no
+    arm always runs first, and no pair always runs in one order."""
+    cycle = num_arms if num_arms % 2 == 0 else 2 * num_arms
+    rows = [balanced_order(num_arms, e) for e in range(cycle)]
+    assert all(sorted(row) == list(range(num_arms)) for row in rows)
+    for position in range(num_arms):
+        counts = [sum(row[position] == arm for row in rows) for arm in range(num_arms)]
+        assert len(set(counts)) == 1, (position, counts)
+    follows = [pair for row in rows for pair in itertools.pairwise(row)]
+    pairs = [(a, b) for a in range(num_arms) for b in range(num_arms) if a != b]
+    assert len({follows.count(pair) for pair in pairs}) == 1

@@ -1,11 +1,11 @@
-"""The run of ``bench episodes``: every (episode, arm) not yet recorded, arms rotated.
+"""The run of ``bench episodes``: every (episode, arm) not yet recorded, arms in a balanced order.
 
 Before each arm's run of an episode the gateway must be drained; then the arm's
 settings are applied over the gateway's start-up settings (``PATCH /admin/dlfp``)
 and the controller is reset (``POST /admin/dlfp/reset``), so that every run starts
-from the same controller state. The arm order rotates by one per episode and runs
-backwards in every odd episode (``episode_order``). A failed run is run again on
-resume. When the run ends, or fails, the gateway gets its start-up settings back.
+from the same controller state. The arm order changes per episode so that every arm
+runs in every position and after every other arm (``balanced_order``). A failed run is
+run again on resume. When the run ends, or fails, the gateway gets its start-up settings back.
 
 Each run's scheduler steps (``GET /admin/dlfp/steps``, polled while it runs) are kept
 beside its record (``steps_path``): what each step carried, what the controller planned
@@ -73,18 +73,38 @@ class EpisodeRun:
     ready_timeout_s: float = 600.0
 
 
-ORDER = "rotate-and-reverse"
+ORDER = "balanced"
 """How the arm order changes per episode (recorded in the plan; a plan without it was
-run with ``rotate``, the order rotated by one per episode and never reversed)."""
+run with ``rotate``). ``balanced``: a Williams design (``balanced_order``).
+``rotate-and-reverse``, the order before: rotated by one per episode and run backwards in
+every odd episode, which with an even number of arms repeats the order of the episode
+before (two arms never swap; of four, two never run first)."""
+
+
+def balanced_order(num_arms: int, episode: int) -> list[int]:
+    """Row ``episode`` of a Williams design: ``0, 1, n-1, 2, n-2, ...`` shifted by the
+    episode, so that over ``n`` episodes every arm runs once in every position and, for an
+    even ``n``, follows every other arm once; an odd ``n`` needs the rows run backwards
+    too, so every second cycle of ``n`` episodes runs them backwards."""
+    base, low, high = [0], 1, num_arms - 1
+    while len(base) < num_arms:
+        base.append(low)
+        low += 1
+        if len(base) < num_arms:
+            base.append(high)
+            high -= 1
+    row = [(b + episode) % num_arms for b in base]
+    return row[::-1] if num_arms % 2 and (episode // num_arms) % 2 else row
 
 
 def episode_order(items: tuple[Arm, ...], episode: int, order: str = ORDER) -> tuple[Arm, ...]:
-    """The arms of ``episode``: rotated by one per episode, and under ``rotate-and-reverse``
-    run backwards in every odd episode, so that over two episodes every arm's mean position
-    is the middle and it follows a different neighbour each time."""
+    """The arms of ``episode`` under ``order`` (``ORDER``; a folder keeps the order its
+    plan recorded)."""
+    if order == ORDER:
+        return tuple(items[i] for i in balanced_order(len(items), episode))
     shift = episode % len(items)
     rotated = items[shift:] + items[:shift]
-    return rotated[::-1] if order == ORDER and episode % 2 else rotated
+    return rotated[::-1] if order == "rotate-and-reverse" and episode % 2 else rotated
 
 
 def _check_plan(path: Path, plan: dict[str, Any]) -> dict[str, Any]:
