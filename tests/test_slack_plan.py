@@ -478,28 +478,21 @@ def _collapsed_plan() -> DeadlinePlan:
 def test_a_collapsed_increment_fit_moves_at_most_twice_the_last_steps() -> None:
     """The fit has seen 16-token steps only; its rates are near zero, so its budget is
     hundreds of tokens (a step of seconds on a CPU). The plan carries at most twice the
-    largest recent step. The step beyond that size is learnt although it is far over its
-    prediction (an outlier anywhere the fit has seen), and the bound does not grow on a
-    size the fit mispredicted: the plan settles at the true budget (about 23 tokens)."""
+    largest recent step; those steps, far over their prediction, are outliers until four
+    in a row are learnt as the machine's speed, and the bound does not grow on a size the
+    fit mispredicted: the plan settles at or under the true budget (about 23 tokens; under
+    it while the learnt outliers hold the margin up)."""
     plan = _collapsed_plan()
     candidates = [(200, 1357)]
     unbounded, _ = plan.slack.budget_tokens(0.090 - 0.040, candidates, 1.0)
     assert unbounded > 8 * 16  # the precondition: a collapsed fit
-    deadline = plan.plan(0.0, 2, 1000, candidates, oldest_token_step=0)
-    assert deadline.cap_tokens == 2 * 16
-    assert not deadline.is_bound
-    per_token_before = plan.slack.prefill_rates()[0]  # type: ignore[index]
-    outliers = plan.slack.num_outliers
-    beyond = StepShape(2, 1000, 32, chunk_attention(200, 32))
-    plan.slack.observe(beyond, 0.040 + 32 * 0.0015)
-    assert plan.slack.num_outliers == outliers
-    assert plan.slack.prefill_rates()[0] > 2 * per_token_before  # type: ignore[index]
-    assert plan.plan(0.0, 2, 1000, candidates, oldest_token_step=0).cap_tokens == 2 * 16
-    for _ in range(20):
-        cap = plan.plan(0.0, 2, 1000, candidates, oldest_token_step=0).cap_tokens
+    for _ in range(30):
+        deadline = plan.plan(0.0, 2, 1000, candidates, oldest_token_step=0)
+        cap = deadline.cap_tokens
         assert cap is not None and cap <= 2 * 16
         plan.slack.observe(StepShape(2, 1000, cap, chunk_attention(200, cap)), 0.040 + cap * 0.0015)
-    assert 16 <= plan.plan(0.0, 2, 1000, candidates, oldest_token_step=0).cap_tokens <= 28
+    assert plan.slack.num_outliers >= 3
+    assert 0 < plan.plan(0.0, 2, 1000, candidates, oldest_token_step=0).cap_tokens <= 28  # type: ignore[operator]
 
 
 def test_a_slow_step_within_the_sizes_seen_stays_an_outlier() -> None:

@@ -32,10 +32,9 @@ most ``TRUST_GROWTH`` times the largest prefill of the last ``TRUST_STEPS`` such
 that were not outliers (``trusted_tokens``). With decode counts that barely vary, the
 decode fit's intercept and per-decode slope are not both identified, and a new count
 can move ``D`` far off; the increment, fitted on ``t - D``, then follows it to the floor
-of its rates, where every token fits the slack. The bound turns such a collapse into a
-step at most twice the last ones. A larger step, the fits' only evidence of its size, is
-learnt even as an outlier (though kept out of the tails: its error is the fit's, not the
-machine's noise), and the bound grows only once the fits predict that size.
+of its rates, where every token fits the slack. The bound turns such a collapse into
+steps at most twice the last ones, learnt as the machine's speed from the
+``OUTLIER_RUN``-th in a row; the bound grows only once the fits predict a larger size.
 
 The prefill budget of a step with ``slack`` seconds left after the decodes' tail
 ``q_D * D`` is the most tokens whose increment, times the margin, fits it: with
@@ -222,20 +221,16 @@ class SlackModel:
         decode_s = self.decode_s(shape)
         num_prefill = shape.num_prefill_tokens
         predicted_s = self.predict_s(shape)
-        is_outlier, is_beyond = self.is_outlier(predicted_s, seconds), False
-        if num_prefill and shape.num_decode_tokens:
-            is_beyond = num_prefill > max(self._chunks, default=0)
-            if not is_outlier:  # a size the fits predict
-                self._chunks.append(num_prefill)
-        if is_outlier and not is_beyond:
+        is_outlier = self.is_outlier(predicted_s, seconds)
+        if num_prefill and shape.num_decode_tokens and not is_outlier:
+            self._chunks.append(num_prefill)  # a size the fits predict
+        if is_outlier:
             self._outliers_in_a_row += 1
             if self._outliers_in_a_row < OUTLIER_RUN:
                 self.num_outliers += 1
                 return
         else:
             self._outliers_in_a_row = 0
-        # A step beyond the sizes seen errs by the fit's error, not the machine's noise.
-        joins_tail = not (is_outlier and is_beyond)
         if not num_prefill:
             if self._decode.num_samples >= MIN_DECODE_SAMPLES and decode_s > 0:
                 self._decode_tail.add(seconds / decode_s)
@@ -246,7 +241,7 @@ class SlackModel:
         x = _increment_features(num_prefill, shape.attention_tokens2)
         increment_s = self.increment_s(num_prefill, shape.attention_tokens2)
         is_small = increment_s < MIN_INCREMENT_SHARE * decode_s
-        if self.is_ready and not is_small and decode_s > 0 and joins_tail:
+        if self.is_ready and not is_small and decode_s > 0:
             # What the step took beyond the decodes' tail, per predicted increment: its
             # q quantile is the margin that keeps q_D * D + m * I above a q share of steps.
             self._increment_tail.add((seconds - decode_s * self.decode_tail()) / increment_s)
