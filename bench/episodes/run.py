@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 
 from bench.lib.client import ClientSettings, new_record, stream_into
-from bench.lib.records import RequestRecord, open_text
+from bench.lib.records import RequestRecord, open_text, write_json
 from bench.lib.text import TextGenerator
 from bench.lib.tokens import TokenCounter
 from bench.lib.workload import RequestSpec, make_prompt
@@ -291,19 +291,11 @@ def steps_path(results_dir: Path, episode: int, arm: str) -> Path:
 
 
 def write_steps(path: Path, steps: list[dict[str, Any]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial.gz")
-    with open_text(partial, "w") as f:
-        json.dump({"steps": steps}, f)
-    partial.replace(path)
+    write_json(path, {"steps": steps})
 
 
 def write_record(path: Path, record: EpisodeRecord) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial.gz")  # gzip, and never globbed
-    with open_text(partial, "w") as f:
-        json.dump(record.to_json(), f)
-    partial.replace(path)
+    write_json(path, record.to_json())
 
 
 def read_record(path: Path) -> EpisodeRecord:

@@ -35,6 +35,16 @@ def open_text(path: Path, mode: str = "r") -> IO[str]:
     return path.open(mode, encoding="utf-8")
 
 
+def write_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` as JSON (gzip for ``.gz``) whole or not at all: to a hidden partial
+    file beside ``path`` (never globbed as a record), then renamed over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial{path.suffix}")
+    with open_text(partial, "w") as f:
+        json.dump(obj, f)
+    partial.replace(path)
+
+
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, object)`` of every non-blank line of a ``.jsonl`` or ``.jsonl.gz``."""
     with open_text(path) as f:

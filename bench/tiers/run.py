@@ -23,7 +23,7 @@ import httpx
 from bench.episodes.run import NONCE_CHARS, with_nonce
 from bench.lib.client import ClientSettings, new_record, stream_into
 from bench.lib.endpoint import apply_admin_patch, reset_controller, wait_drained
-from bench.lib.records import RequestRecord, open_text
+from bench.lib.records import RequestRecord, open_text, write_json
 from bench.lib.workload import RequestSpec
 from bench.tiers.workload import TierPlan, TierRequest
 
@@ -65,11 +65,7 @@ def run_path(results_dir: Path, seed: int, arm: str) -> Path:
 
 
 def write_run(path: Path, run: TierRun) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial.gz")
-    with open_text(partial, "w") as f:
-        json.dump(run.to_json(), f)
-    partial.replace(path)
+    write_json(path, run.to_json())
 
 
 def read_run(path: Path) -> TierRun:
