@@ -277,7 +277,7 @@ class DeadlinePlan:
                 return Deadline(cap, deadline_s, margin, False, is_floor=True)
             if head_ttft_left_s is not None and candidates:
                 boost = self._boost_tokens(
-                    cap, slack_s, candidates[0], margin, head_ttft_left_s, itl_slo_s
+                    cap, limit, slack_s, candidates[0], margin, head_ttft_left_s, itl_slo_s
                 )
                 if boost:
                     return Deadline(boost, deadline_s, margin, False, is_boost=True)
@@ -336,6 +336,7 @@ class DeadlinePlan:
     def _boost_tokens(
         self,
         cap: int,
+        limit: int,
         slack_s: float,
         head: tuple[int, int],
         margin: float,
@@ -343,12 +344,13 @@ class DeadlinePlan:
         itl_slo_s: float,
     ) -> int:
         """The at-risk head's boost (``plan``), 0 where the rule does not allow one;
-        ``itl_slo_s`` is the objective of the stream whose deadline binds the step."""
+        ``limit`` is the step's bound (``_limit_tokens``), ``itl_slo_s`` the objective of
+        the stream whose deadline binds the step."""
         remaining = head[1]
         rate = self.slack_rate_tokens_per_s or 0.0
         deficit = remaining - rate * max(left_s, 0.0)
         tokens, _ = self.slack.budget_tokens(slack_s + itl_slo_s, [head], margin)
-        tokens = min(tokens, self._limit_tokens())
+        tokens = min(tokens, limit)
         if deficit <= 0 or tokens <= cap:
             return 0
         num_boosts = 1
