@@ -48,3 +48,11 @@ stop_server() {  # stop the running server, if any, and wait for it to exit
 
 trap stop_server EXIT
 trap 'exit 143' TERM
+
+run_episodes() {  # run_episodes CONDITIONS ARMS EPISODES: `bench episodes --conditions --only
+    # CONDITIONS` on the gateway at $PORT into $OUT, its progress appended to
+    # $OUT/logs/episodes-progress.log. Needs PY, PORT, TOKEN, TOK and OUT.
+    "$PY" -m gateway bench episodes --base-url "http://127.0.0.1:$PORT" --admin-token "$TOKEN" \
+        --tokenizer "$TOK" --conditions --only "$1" --arms "$2" --episodes "$3" --results "$OUT" \
+        2>&1 | tee -a "$OUT/logs/episodes-progress.log"
+}
