@@ -115,7 +115,7 @@ class _RecursiveFit:
         p, estimate = self._p, self._estimate
         px = [sum([r * xj for r, xj in zip(row, x, strict=True)]) for row in p]
         trace = sum([p[i][i] for i in self._n])
-        forget = FORGETTING if trace < MAX_COVARIANCE else 1.0
+        forget = FORGETTING if 0 < trace < MAX_COVARIANCE else 1.0
         denominator = forget
         error = y
         for i in self._n:
@@ -126,6 +126,11 @@ class _RecursiveFit:
             gain = px[i] / denominator
             estimate[i] += px[i] * scale
             p[i] = [(r - gain * pj) / forget for r, pj in zip(p[i], px, strict=True)]
+        # NOTE: kept symmetric: its rounding otherwise grows by 1 / FORGETTING a step in
+        # the directions the steps do not excite.
+        for i in self._n:
+            for j in range(i):
+                p[i][j] = p[j][i] = (p[i][j] + p[j][i]) / 2
         self.theta = _held_nonnegative(estimate, p, self._num_free)
         self.num_samples += 1
 
