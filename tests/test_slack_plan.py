@@ -557,3 +557,19 @@ def test_the_fit_stays_positive_definite_through_spells_of_tiny_steps(seed: int)
         if step > 1000 and tokens == 8:
             worst = max(worst, abs(fit.predict(x) / true_s - 1))
     assert worst < 0.5, worst
+
+
+def test_holding_two_slopes_keeps_both_at_zero_and_refits_the_rest() -> None:
+    """A decode fit whose two slopes the estimate puts below 0: both are held at exactly 0
+    and the intercept is the least-squares fit of the rest (here ``b_0 / G_00``)."""
+    import numpy as np
+
+    from engine_worker.controller.slack_model import _held_nonnegative
+
+    gram = np.array([[4.0, 1.0, 0.5], [1.0, 3.0, 1.2], [0.5, 1.2, 2.0]])
+    estimate = np.array([2.0, -1.0, -0.5])
+    rhs = gram @ estimate
+    covariance = np.linalg.inv(gram)
+    theta = _held_nonnegative(list(estimate), covariance.tolist(), num_free=1)
+    assert theta[1] == 0.0 and theta[2] == 0.0, theta
+    assert theta[0] == pytest.approx(rhs[0] / gram[0][0]), theta

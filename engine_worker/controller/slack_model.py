@@ -140,17 +140,20 @@ def _held_nonnegative(
 ) -> list[float]:
     """The least-squares fit with the coefficients from ``num_free`` on held >= 0.
 
-    The most negative slope is held at 0 and the others refitted, until none is below 0
-    (the active set, as ``cost_model``'s windowed fit does). A fit held at
-    ``theta_k = 0`` is ``theta - P e_k theta_k / P_kk``, ``P`` the covariance (the
-    inverse of the normal equations' matrix), and ``P - P e_k e_k' P / P_kk`` is the
-    covariance of the others then: no solve."""
+    The most negative slope is held at 0 and the others refitted, until none is below 0;
+    a slope once held stays held (the greedy active set, as ``cost_model``'s windowed fit
+    does: with two slopes below 0 it may hold one the exact non-negative fit would not).
+    A fit held at ``theta_k = 0`` is ``theta - P e_k theta_k / P_kk``, ``P`` the
+    covariance (the inverse of the normal equations' matrix), and ``P - P e_k e_k' P /
+    P_kk`` is the covariance of the others then: no solve. Where ``P_kk`` is not positive
+    (a covariance gone wrong), the slope is set to 0 without refitting the others."""
     n = len(estimate)
     if all(estimate[i] >= 0 for i in range(num_free, n)):
         return list(estimate)
     theta, p = list(estimate), [list(row) for row in covariance]
+    held: set[int] = set()
     while True:
-        negative = [i for i in range(num_free, n) if theta[i] < 0]
+        negative = [i for i in range(num_free, n) if i not in held and theta[i] < 0]
         if not negative:
             return theta
         k = min(negative, key=lambda i: theta[i])
@@ -162,7 +165,9 @@ def _held_nonnegative(
                 [r - ci * cj / pk for r, cj in zip(row, column, strict=True)]
                 for row, ci in zip(p, column, strict=True)
             ]
-        theta[k] = 0.0
+        held.add(k)
+        for i in held:
+            theta[i] = 0.0
 
 
 def _decode_features(shape: StepShape) -> tuple[float, float, float]:
