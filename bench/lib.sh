@@ -49,6 +49,22 @@ stop_server() {  # stop the running server, if any, and wait for it to exit
 trap stop_server EXIT
 trap 'exit 143' TERM
 
+begin_gateway_run() {  # begin_gateway_run: a results script's start, into $OUT: its logs
+    # folder, its CPU and commit recorded, a resumed run's gateway log unpacked, the model
+    # read offline, and `gateway serve` started. Needs PY, PORT, TOKEN and OUT.
+    mkdir -p "$OUT/logs"
+    record_cpu "$OUT"
+    git rev-parse HEAD >> "$OUT/logs/commit.txt"
+    if [[ -f $OUT/logs/gateway.log.gz ]]; then gunzip "$OUT/logs/gateway.log.gz"; fi
+    export HF_HUB_OFFLINE=1
+    start_gateway gateway
+}
+
+end_gateway_run() {  # end_gateway_run: stop the gateway and pack its log
+    stop_server
+    gzip -f "$OUT/logs/gateway.log"
+}
+
 run_episodes() {  # run_episodes CONDITIONS ARMS EPISODES: `bench episodes --conditions --only
     # CONDITIONS` on the gateway at $PORT into $OUT, its progress appended to
     # $OUT/logs/episodes-progress.log. Needs PY, PORT, TOKEN, TOK and OUT.

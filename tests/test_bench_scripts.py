@@ -172,3 +172,26 @@ def test_run_study_follows_the_plan_and_stops_at_a_failing_step(tmp_path: Path) 
     assert run("never").returncode == 0 and (out / "never").exists()
     result = run("nope")
     assert result.returncode == 2 and "--part one of first, fails, never" in result.stderr
+
+
+def test_a_gateway_run_records_its_machine_and_commit_and_packs_its_log(tmp_path: Path) -> None:
+    """``begin_gateway_run`` records the CPU and the commit, unpacks a resumed run's gateway
+    log and starts the gateway (here a stand-in); ``end_gateway_run`` packs the log."""
+    script = f"""
+    cd {ROOT}
+    echo earlier > $OUT/logs/gateway.log && gzip $OUT/logs/gateway.log
+    start_gateway() {{ echo "started $1"; echo later >> $OUT/logs/gateway.log; }}
+    begin_gateway_run
+    echo "offline=$HF_HUB_OFFLINE"
+    end_gateway_run
+    """
+    result = _bash(script, tmp_path, _free_port())
+    assert result.returncode == 0, result.stderr
+    assert "started gateway" in result.stdout and "offline=1" in result.stdout
+    logs = tmp_path / "logs"
+    assert (logs / "lscpu.txt").exists()
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True)
+    assert (logs / "commit.txt").read_text().split() == [head.stdout.decode().strip()]
+    assert not (logs / "gateway.log").exists()
+    unpacked = subprocess.run(["gunzip", "-c", str(logs / "gateway.log.gz")], capture_output=True)
+    assert unpacked.stdout.decode().split() == ["earlier", "later"]

@@ -21,20 +21,15 @@ TOKEN=bench-admin
 TOK=${TOK:-${XDG_CACHE_HOME:-$HOME/.cache}/dlfp-gateway/models/smollm2-135m-instruct-v3}
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
-mkdir -p "$OUT/logs"
+mkdir -p "$OUT"
 cp -n "$SIBLING/sizing.json" "$SIBLING/conditions.json" "$OUT/"
-record_cpu "$OUT"
-git rev-parse HEAD >> "$OUT/logs/commit.txt"
-if [ -f "$OUT/logs/gateway.log.gz" ]; then gunzip "$OUT/logs/gateway.log.gz"; fi
-export HF_HUB_OFFLINE=1
-start_gateway gateway
+begin_gateway_run
 WIDE=off,fixed-64,fixed-128,fixed-256,dlfp-ct,dlfp
 THIN=fixed-8,fixed-16,dlfp-ct,dlfp
 run_episodes slo500-d2 "$WIDE" 10
 run_episodes slo500-d8 "$WIDE" 8
 run_episodes slo90-d2,slo90-d8 "$THIN" 8
 run_episodes slo60-d8-thin "$THIN" 6
-stop_server
-gzip -f "$OUT/logs/gateway.log"
+end_gateway_run
 "$PY" -m gateway bench overhead --waiting 32 --policies fcfs,priority --out "$OUT/overhead" \
     2>&1 | tee -a "$OUT/logs/overhead-progress.log"

@@ -19,15 +19,10 @@ TOKEN=bench-admin
 TOK=${TOK:-${XDG_CACHE_HOME:-$HOME/.cache}/dlfp-gateway/models/smollm2-135m-instruct-v3}
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
-mkdir -p "$OUT/logs"
+mkdir -p "$OUT"
 cp -n "$SIBLING/sizing.json" "$SIBLING/conditions.json" "$OUT/"
-record_cpu "$OUT"
-git rev-parse HEAD >> "$OUT/logs/commit.txt"
-if [ -f "$OUT/logs/gateway.log.gz" ]; then gunzip "$OUT/logs/gateway.log.gz"; fi
-export HF_HUB_OFFLINE=1
-start_gateway gateway
+begin_gateway_run
 run_episodes slo500-d2 fixed-128,dlfp-ct 10
 run_episodes slo500-d8 fixed-128,dlfp-ct 8
 run_episodes slo90-d2,slo90-d8 fixed-8,fixed-16,dlfp-ct,dlfp 8
-stop_server
-gzip -f "$OUT/logs/gateway.log"
+end_gateway_run

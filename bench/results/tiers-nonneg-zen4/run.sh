@@ -15,12 +15,7 @@ TOKEN=bench-admin
 TOK=${TOK:-${XDG_CACHE_HOME:-$HOME/.cache}/dlfp-gateway/models/smollm2-135m-instruct-v3}
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
-record_cpu "$OUT"
-git rev-parse HEAD >> "$OUT/logs/commit.txt"
-if [ -f "$OUT/logs/gateway.log.gz" ]; then gunzip "$OUT/logs/gateway.log.gz"; fi
-export HF_HUB_OFFLINE=1
-start_gateway gateway
+begin_gateway_run
 "$PY" -m gateway bench tiers --base-url "http://127.0.0.1:$PORT" --admin-token "$TOKEN" \
     --tokenizer "$TOK" --results "$OUT" 2>&1 | tee -a "$OUT/logs/tiers-progress.log"
-stop_server
-gzip -f "$OUT/logs/gateway.log"
+end_gateway_run
