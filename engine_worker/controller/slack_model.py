@@ -110,27 +110,35 @@ class _RecursiveFit:
         return value
 
     def update(self, x: Sequence[float], y: float) -> None:
-        # NOTE: the same products in the same order as the textbook loops over indices,
-        # so the same floats, with the rows built by comprehension (one step's cost).
-        p, estimate = self._p, self._estimate
-        px = [sum([r * xj for r, xj in zip(row, x, strict=True)]) for row in p]
-        trace = sum([p[i][i] for i in self._n])
+        # NOTE: index loops over a few features, not comprehensions or numpy: each
+        # comprehension is a call, and this runs once or twice a step. The covariance's
+        # upper triangle is updated and mirrored: kept exactly symmetric (its rounding
+        # otherwise grows by 1 / FORGETTING a step in the directions the steps do not
+        # excite, and it turned indefinite).
+        p, estimate, indices = self._p, self._estimate, self._n
+        trace = 0.0
+        for i in indices:
+            trace += p[i][i]
         forget = FORGETTING if 0 < trace < MAX_COVARIANCE else 1.0
+        px = []
         denominator = forget
         error = y
-        for i in self._n:
-            denominator += x[i] * px[i]
+        for i in indices:
+            row, value = p[i], 0.0
+            for j in indices:
+                value += row[j] * x[j]
+            px.append(value)
+            denominator += x[i] * value
             error -= estimate[i] * x[i]
         scale = error / denominator
-        for i in self._n:
-            gain = px[i] / denominator
+        num_features = len(px)
+        for i in indices:
+            gain, row = px[i] / denominator, p[i]
             estimate[i] += px[i] * scale
-            p[i] = [(r - gain * pj) / forget for r, pj in zip(p[i], px, strict=True)]
-        # NOTE: kept symmetric: its rounding otherwise grows by 1 / FORGETTING a step in
-        # the directions the steps do not excite.
-        for i in self._n:
-            for j in range(i):
-                p[i][j] = p[j][i] = (p[i][j] + p[j][i]) / 2
+            for j in range(i, num_features):
+                value = (row[j] - gain * px[j]) / forget
+                row[j] = value
+                p[j][i] = value
         self.theta = _held_nonnegative(estimate, p, self._num_free)
         self.num_samples += 1
 
@@ -148,24 +156,33 @@ def _held_nonnegative(
     P_kk`` is the covariance of the others then: no solve. Where ``P_kk`` is not positive
     (a covariance gone wrong), the slope is set to 0 without refitting the others."""
     n = len(estimate)
-    if all(estimate[i] >= 0 for i in range(num_free, n)):
-        return list(estimate)
-    theta, p = list(estimate), [list(row) for row in covariance]
-    held: set[int] = set()
+    if min(estimate[num_free:], default=0.0) >= 0:
+        return estimate[:]
+    theta, p = estimate[:], covariance
+    held: list[int] = []
+    # A held slope whose refit the covariance ``p`` does not reflect yet: downdated only
+    # where another slope is to be held (one is the common case).
+    pending = -1
     while True:
-        negative = [i for i in range(num_free, n) if i not in held and theta[i] < 0]
-        if not negative:
+        k, lowest = -1, 0.0
+        for i in range(num_free, n):
+            if theta[i] < lowest and i not in held:
+                k, lowest = i, theta[i]
+        if k < 0:
             return theta
-        k = min(negative, key=lambda i: theta[i])
-        pk, column = p[k][k], [row[k] for row in p]
-        if pk > 0:
-            shift = theta[k] / pk
-            theta = [t - c * shift for t, c in zip(theta, column, strict=True)]
+        if pending >= 0:
+            column = [row[pending] for row in p]
+            pk = column[pending]
             p = [
                 [r - ci * cj / pk for r, cj in zip(row, column, strict=True)]
                 for row, ci in zip(p, column, strict=True)
             ]
-        held.add(k)
+        pk, pending = p[k][k], -1
+        if pk > 0:
+            shift = lowest / pk
+            theta = [t - row[k] * shift for t, row in zip(theta, p, strict=True)]
+            pending = k
+        held.append(k)
         for i in held:
             theta[i] = 0.0
 
@@ -276,7 +293,9 @@ class SlackModel:
             return
         decode_s = self.decode_s(shape)
         num_prefill = shape.num_prefill_tokens
-        predicted_s = self.predict_s(shape)
+        increment_s = self.increment_s(num_prefill, shape.attention_tokens2)
+        # predict_s's, from the parts at hand
+        predicted_s = decode_s + increment_s if self.is_ready else None
         is_outlier = self.is_outlier(predicted_s, seconds)
         if num_prefill and shape.num_decode_tokens and not is_outlier:
             self._chunks.append(num_prefill)  # a size the fits predict
@@ -295,7 +314,6 @@ class SlackModel:
         if self._decode.num_samples < MIN_DECODE_SAMPLES:
             return  # an increment needs a decode time to stand on
         x = _increment_features(num_prefill, shape.attention_tokens2)
-        increment_s = self.increment_s(num_prefill, shape.attention_tokens2)
         is_small = increment_s < MIN_INCREMENT_SHARE * decode_s
         if self.is_ready and not is_small and decode_s > 0:
             # What the step took beyond the decodes' tail, per predicted increment: its

@@ -195,15 +195,18 @@ def select(candidates: Sequence[Candidate], cap_tokens: int) -> Selection:
     chosen request, and otherwise the boundary is held out too.
     """
     chosen: list[tuple[Candidate, int]] = []
-    held: list[Candidate] = []
     left = cap_tokens
+    num_chosen = 0
     for candidate in candidates:
         if left <= 0:
-            held.append(candidate)
-            continue
-        share = min(candidate.remaining_tokens, left)
+            break
+        remaining = candidate.remaining_tokens
+        share = remaining if remaining < left else left
         chosen.append((candidate, share))
         left -= share
+        num_chosen += 1
+    # NOTE: a slice, not a loop: every candidate past the cap is held (most of them).
+    held = list(candidates[num_chosen:])
     threshold = cap_tokens
     if chosen and any(not c.is_running for c, _ in chosen):
         boundary, share = chosen[-1]

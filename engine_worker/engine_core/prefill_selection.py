@@ -16,7 +16,6 @@ from engine_worker.engine_core.prefill_order import (
     ON_TIME,
     OUT_OF_REACH,
     Candidate,
-    prefill_candidates,
     srpf_order,
     vllm_order,
 )
@@ -42,9 +41,19 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
 
     def _prefill_candidates(self, now_unix_s: float) -> list[Candidate]:
         """The prefills a capped step could serve, in the order it should; with
-        ``now_unix_s`` (deadline planning), their TTFT deadlines are read too."""
-        running_prefills = [r for r in self.running if r.is_prefill_chunk]
-        num_free_slots = max(self.max_num_running_reqs - len(self.running), 0)
+        ``now_unix_s`` (deadline planning), their TTFT deadlines and classes are read too.
+
+        Each prefill's TTFT deadline is its arrival at the engine plus its own
+        ``ttft_slo_ms`` (``contract.api.TTFT_SLO_ARG``), else the controller's (the gateway's
+        queue before the engine is admission's business). Under ``srpf`` its TTFT class
+        (``prefill_order``) is ``OUT_OF_REACH`` where a lone prefill at full speed would
+        not finish it by its deadline, ``AT_RISK`` where the rate the slack gives would
+        not, else ``ON_TIME``.
+
+        NOTE: one pass over the requests builds the candidates, their deadlines and
+        classes: it runs over every waiting request each step (``bench overhead``)."""
+        running = self.running
+        num_free_slots = max(self.max_num_running_reqs - len(running), 0)
         srpf = self.dlfp_params.prefill_order == PrefillOrder.SRPF
         waiting = []
         queue: Iterable[Request] = self.waiting
@@ -59,8 +68,47 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
                     waiting.append(request)
                     if len(waiting) == num_free_slots:
                         break
-        candidates = prefill_candidates(running_prefills, waiting)
-        deadlines = self._ttft_deadlines_s(candidates) if now_unix_s else []
+        rates = None
+        if now_unix_s and srpf:
+            rates = self.dlfp_controller.prefill_rates()
+        per_token_s, per_context_s = rates or (0.0, 0.0)
+        slack_rate = self.dlfp_controller.slack_rate_tokens_per_s() if rates else None
+        objectives = self._own_objectives
+        default_s = self.dlfp_params.ttft_slo_ms / 1000.0
+        candidates: list[Candidate] = []
+        deadlines: list[float] = []
+        classes: dict[str, tuple[int, float]] = {}
+        new = tuple.__new__  # a Candidate at C speed (its constructor is a Python call)
+        # NOTE: num_tokens, not num_prompt_tokens: a preempted request re-prefills its
+        # generated tokens too.
+        for is_running, requests in (
+            (True, [r for r in running if r.is_prefill_chunk]),
+            (False, waiting),
+        ):
+            for request in requests:
+                computed = request.num_computed_tokens
+                remaining = request.num_tokens - computed
+                if remaining <= 0:
+                    continue
+                candidates.append(new(Candidate, (request, computed, remaining, is_running)))
+                if not now_unix_s:
+                    continue
+                entry = objectives.get(request.request_id)
+                if entry is None or entry[0] is not request:
+                    entry = self._objectives_of(request)
+                own_ms = entry[1]
+                deadline_s = request.arrival_time + (
+                    default_s if own_ms is None else own_ms / 1000.0
+                )
+                deadlines.append(deadline_s)
+                if rates is None:
+                    continue
+                left_s = deadline_s - now_unix_s
+                alone_s = remaining * (per_token_s + per_context_s * (computed + remaining / 2))
+                if left_s < alone_s:
+                    classes[request.request_id] = (OUT_OF_REACH, deadline_s)
+                elif slack_rate is not None and left_s * slack_rate < remaining:
+                    classes[request.request_id] = (AT_RISK, deadline_s)
         self._earliest_deadline_s = min(deadlines, default=None)
         self._head_deadline_s = None
         if not srpf:
@@ -70,9 +118,6 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
             for request_id, num_held in self._num_held_steps.items()
             if num_held >= MAX_HELD_STEPS
         )
-        classes: dict[str, tuple[int, float]] = {}
-        if now_unix_s:
-            classes = self._ttft_classes(candidates, deadlines, now_unix_s)
         by_priority = self.policy.value == "priority"
         # NOTE: every candidate's deadline only where one is at risk (it may go ahead only
         # of those with a later one).
@@ -86,48 +131,6 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
             ttft_class, deadline_s = classes.get(candidates[0].request.request_id, (ON_TIME, 0.0))
             self._head_deadline_s = deadline_s if ttft_class == AT_RISK else None
         return candidates
-
-    def _ttft_classes(
-        self, candidates: Sequence[Candidate], deadlines_s: Sequence[float], now_unix_s: float
-    ) -> dict[str, tuple[int, float]]:
-        """Each prefill's TTFT class where it is not the default (``prefill_order``):
-        ``AT_RISK`` with its deadline where the rate the slack gives would not finish it
-        by its deadline, ``OUT_OF_REACH`` where no rate would (a lone prefill at full
-        speed would not). ``deadlines_s``: the candidates' (``_ttft_deadlines_s``).
-        """
-        rates = self.dlfp_controller.prefill_rates()
-        if rates is None:
-            return {}
-        per_token_s, per_context_s = rates
-        slack_rate = self.dlfp_controller.slack_rate_tokens_per_s()
-        classes = {}
-        for candidate, deadline_s in zip(candidates, deadlines_s, strict=True):
-            left_s = deadline_s - now_unix_s
-            computed = candidate.computed_tokens
-            remaining = candidate.remaining_tokens
-            alone_s = remaining * (per_token_s + per_context_s * (computed + remaining / 2))
-            if left_s < alone_s:
-                classes[candidate.request.request_id] = (OUT_OF_REACH, deadline_s)
-            elif slack_rate is not None and left_s * slack_rate < remaining:
-                classes[candidate.request.request_id] = (AT_RISK, deadline_s)
-        return classes
-
-    def _ttft_deadlines_s(self, candidates: Sequence[Candidate]) -> list[float]:
-        """Each candidate's TTFT deadline (Unix s): arrival at the engine + its own
-        ``ttft_slo_ms`` (``contract.api.TTFT_SLO_ARG``), else the controller's. The
-        gateway's queue before the engine is admission's business."""
-        objectives = self._own_objectives
-        default_ms = self.dlfp_params.ttft_slo_ms
-        deadlines_s = []
-        for candidate in candidates:
-            request = candidate.request
-            entry = objectives.get(request.request_id)
-            if entry is None or entry[0] is not request:
-                entry = self._objectives_of(request)
-            own_ms = entry[1]
-            slo_ms = own_ms if own_ms is not None else default_ms
-            deadlines_s.append(request.arrival_time + slo_ms / 1000.0)
-        return deadlines_s
 
     def _objectives_of(self, request: Request) -> OwnObjectives:
         """The request's own objectives, read from its sampling parameters once.

@@ -193,7 +193,8 @@ class DLFPSchedulerMixin(  # type: ignore[misc, unused-ignore]
                 entry = self._objectives_of(request)
             itl_slo_ms = entry[2]
             if itl_slo_ms is None:
-                oldest = step if oldest is None else min(oldest, step)
+                if oldest is None or step < oldest:
+                    oldest = step
             elif step < own.get(itl_slo_ms, step + 1):
                 own[itl_slo_ms] = step
         return oldest, [(step, itl_slo_ms / 1000.0) for itl_slo_ms, step in own.items()]
@@ -212,15 +213,16 @@ class DLFPSchedulerMixin(  # type: ignore[misc, unused-ignore]
     ) -> tuple[StepShape, list[str]]:
         """The step's composition for the cost model (after vLLM's bookkeeping), and
         the requests it gives a token: its decodes and the prefills it completes."""
-        decode_ids = {r.request_id for r in decodes}
-        token_ids = []
-        num_decode = num_prefill = 0
+        # NOTE: comprehensions and a set difference at C speed over the decodes; the loop
+        # only over the step's few prefills, by id (a set's order varies between runs).
+        scheduled = output.num_scheduled_tokens
+        decode_ids = [r.request_id for r in decodes]
+        token_ids = [request_id for request_id in decode_ids if request_id in scheduled]
+        num_decode = sum([scheduled[request_id] for request_id in token_ids])
+        num_prefill = 0
         attention = 0.0
-        for request_id, num_tokens in output.num_scheduled_tokens.items():
-            if request_id in decode_ids:
-                num_decode += num_tokens
-                token_ids.append(request_id)
-                continue
+        for request_id in sorted(scheduled.keys() - set(decode_ids)):
+            num_tokens = scheduled[request_id]
             request = self.requests.get(request_id)
             # num_computed_tokens already counts this step's tokens.
             start = 0 if request is None else max(request.num_computed_tokens - num_tokens, 0)
@@ -230,7 +232,7 @@ class DLFPSchedulerMixin(  # type: ignore[misc, unused-ignore]
                 token_ids.append(request_id)
         shape = StepShape(
             num_decode_tokens=num_decode,
-            decode_context_tokens=sum(r.num_computed_tokens - 1 for r in decodes),
+            decode_context_tokens=sum([r.num_computed_tokens for r in decodes]) - len(decodes),
             num_prefill_tokens=num_prefill,
             attention_tokens2=attention,
         )
@@ -238,7 +240,8 @@ class DLFPSchedulerMixin(  # type: ignore[misc, unused-ignore]
 
     def _count_held_steps(self, output: SchedulerOutput) -> None:
         scheduled = output.num_scheduled_tokens
-        in_progress = [r for r in self.running if not is_decoding(r) and r.num_computed_tokens]
+        # NOTE: is_decoding inlined (every running request, every capped step).
+        in_progress = [r for r in self.running if r.is_prefill_chunk and r.num_computed_tokens]
         self._num_held_steps = {
             r.request_id: self._num_held_steps.get(r.request_id, 0) + 1
             for r in in_progress
