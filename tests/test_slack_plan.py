@@ -27,7 +27,8 @@ from tests.fake_clock import FakeClock
 ITL_SLO_S = 0.290
 NUM_STREAMS = 8
 CONTEXT = 4000
-PARAMS = cap_params(itl_slo_ms=ITL_SLO_S * 1000.0)
+PARAMS = cap_params(itl_slo_ms=ITL_SLO_S * 1000.0, delivery_share=0.0)
+"""The toy plant's tokens reach no reader: the plan may use the whole objective."""
 Z_99 = 2.326
 """The standard normal's 0.99 quantile: the plant's own noise tail at the plan's quantile."""
 NO_DRIFT = DriftingPlant(drift_start=10**9)
@@ -390,6 +391,29 @@ def test_a_stream_past_its_objective_binds_the_plan_within_twice_it() -> None:
     controller.on_scheduled(0, NUM_STREAMS, shape=StepShape(NUM_STREAMS, CONTEXT))
     controller.on_step_done()
     assert plan.deadline_s(clock(), 0) == pytest.approx(0.1 + 2 * ITL_SLO_S)
+
+
+@pytest.mark.parametrize("own_ms", [None, 150.0])
+def test_the_plan_leaves_the_delivery_share_of_each_objective(own_ms: float | None) -> None:
+    """Each gap is planned to the objective less its delivery share, a stream's own
+    objective too, and a stream past it binds within twice that."""
+    clock = FakeClock()
+    params = cap_params(itl_slo_ms=ITL_SLO_S * 1000.0, delivery_share=0.1)
+    controller = PrefillCapController(params, clock=clock, wall_clock=clock)
+    controller.on_schedule(NUM_STREAMS, decode_context_tokens=CONTEXT)
+    controller.on_scheduled(0, NUM_STREAMS, shape=StepShape(NUM_STREAMS, CONTEXT))
+    clock.advance(0.1)
+    controller.on_step_done()
+    plan = controller._deadline_plan
+    oldest, own = (0, ()) if own_ms is None else (None, [(0, own_ms / 1000.0)])
+    objective_s = ITL_SLO_S if own_ms is None else own_ms / 1000.0
+    assert plan.deadline_s(clock(), oldest, own) == pytest.approx(0.1 + 0.9 * objective_s)
+    clock.advance(0.5)  # a late step ended at 0.6 s without step 0's streams
+    controller.on_schedule(NUM_STREAMS, decode_context_tokens=CONTEXT)
+    controller.on_scheduled(0, NUM_STREAMS, shape=StepShape(NUM_STREAMS, CONTEXT))
+    controller.on_step_done()
+    late_s = plan.deadline_s(clock(), oldest, own)
+    assert late_s == pytest.approx(0.1 + 2 * 0.9 * objective_s)
 
 
 def test_at_risk_prompts_meet_their_deadlines_within_the_overrun_bound() -> None:

@@ -188,15 +188,18 @@ class DeadlinePlan:
         oldest_token_step: int | None,
         own_deadlines: Sequence[tuple[int, float]],
     ) -> tuple[float | None, float]:
-        """``deadline_s``, and the objective (s) of the stream whose deadline it is (the
-        controller's ``itl_slo_ms`` when no stream binds)."""
+        """``deadline_s``, and the gap (s) planned for the stream whose deadline it is (the
+        controller's ``itl_slo_ms`` when no stream binds): each stream's objective less the
+        ``delivery_share`` of it that a token's way to its reader takes."""
         base_s = self._base_s(now_s)
         tightest: float | None = None
-        binding_s = self._params.itl_slo_ms / 1000.0
+        planned = 1.0 - self._params.delivery_share
+        binding_s = planned * self._params.itl_slo_ms / 1000.0
         steps = own_deadlines
         if oldest_token_step is not None:
             steps = [(oldest_token_step, self._params.itl_slo_ms / 1000.0), *own_deadlines]
-        for step_index, itl_slo_s in steps:
+        for step_index, objective_s in steps:
+            itl_slo_s = planned * objective_s
             token_s = self._end_s(step_index)
             if token_s is None:  # older than the steps kept: count from now
                 token_s = base_s
