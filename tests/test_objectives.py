@@ -113,7 +113,7 @@ async def test_objectives_reach_the_engine_and_goodput_counts_by_source(tmp_path
 def test_the_plan_holds_each_stream_to_its_own_objective() -> None:
     """Two streams, one on the gateway's 500 ms and one with 150 ms of its own: the
     tighter binds the plan, so the step carries fewer prefill tokens than under 500 ms
-    alone, and its deadline is the 150 ms stream's (less the share left for delivery)."""
+    alone, and its deadline is the 150 ms stream's."""
     clock = FakeClock()
     params = cap_params(itl_slo_ms=500.0)
     controller = PrefillCapController(params, clock=clock, wall_clock=clock)
@@ -143,5 +143,5 @@ def test_the_plan_holds_each_stream_to_its_own_objective() -> None:
     assert 0 < tight < alone
     end_of_step_1 = 0.08
     assert controller._deadline_plan.deadline_s(clock(), 1, [(1, 0.150)]) == pytest.approx(
-        end_of_step_1 + (1 - params.delivery_share) * 0.150
+        end_of_step_1 + 0.150
     )

@@ -7,7 +7,7 @@ tail, fits the slack the tightest stream deadline leaves after the decodes' own 
 
     base  = end of the newest step (predicted while in flight, observed once done)
     slack = min_i end(token_i) + itl_slo - base - q_D * D(n, ctx)
-    R(k)  = max{R : m * I(R, A(R)) <= slack}
+    R(k)  = max{R : m * I(R, A(R)) <= (1 - delivery_share) * slack}
 
 No floor while there is slack: a 1-token step is allowed. Where not even one token fits,
 the step carries no prefill (counted: ``num_zero_prefill_steps``) when the slack is only
@@ -188,18 +188,15 @@ class DeadlinePlan:
         oldest_token_step: int | None,
         own_deadlines: Sequence[tuple[int, float]],
     ) -> tuple[float | None, float]:
-        """``deadline_s``, and the gap (s) planned for the stream whose deadline it is (the
-        controller's ``itl_slo_ms`` when no stream binds): each stream's objective less the
-        ``delivery_share`` of it that a token's way to its reader takes."""
+        """``deadline_s``, and the objective (s) of the stream whose deadline it is (the
+        controller's ``itl_slo_ms`` when no stream binds)."""
         base_s = self._base_s(now_s)
         tightest: float | None = None
-        planned = 1.0 - self._params.delivery_share
-        binding_s = planned * self._params.itl_slo_ms / 1000.0
+        binding_s = self._params.itl_slo_ms / 1000.0
         steps = own_deadlines
         if oldest_token_step is not None:
             steps = [(oldest_token_step, self._params.itl_slo_ms / 1000.0), *own_deadlines]
-        for step_index, objective_s in steps:
-            itl_slo_s = planned * objective_s
+        for step_index, itl_slo_s in steps:
             token_s = self._end_s(step_index)
             if token_s is None:  # older than the steps kept: count from now
                 token_s = base_s
@@ -259,7 +256,10 @@ class DeadlinePlan:
             host_s = self.host_s()
             decode_tail_s = decode_s * self.slack.decode_tail()
             slack_s = deadline_s - self._base_s(now_s) - host_s - decode_tail_s
-            cap, attention = self.slack.budget_tokens(slack_s, candidates, margin)
+            # NOTE: the delivery share of the slack is left for the token's way to its
+            # reader, which the engine does not time (docs/scheduler.md, "Deadline plan").
+            planned_s = slack_s * (1.0 - p.delivery_share) if slack_s > 0 else slack_s
+            cap, attention = self.slack.budget_tokens(planned_s, candidates, margin)
             limit = self._limit_tokens()
             if cap > limit:
                 cap, attention = plan_prefill(candidates, limit)

@@ -96,10 +96,10 @@ class CapParams:
     per predicted prefill increment: the decodes' tail and the increment's margin; floor
     0.5."""
     delivery_share: float = _setting(0.05, ge=0, le=0.5)
-    """dlfp-ct deadline plan only: the share of each stream's ITL objective the plan leaves
-    for a token's way from the engine to its reader (the engine's output, the gateway, the
-    network), which the engine does not time: each gap is planned to (1 - delivery_share)
-    x the objective; ceiling 0.5."""
+    """dlfp-ct deadline plan only: the share of each step's slack (what the tightest stream
+    deadline leaves after the decodes' tail) the plan leaves unplanned, for a token's way
+    from the engine to its reader (the engine's output, the gateway, the network), which
+    the engine does not time; ceiling 0.5."""
     ttft_slo_ms: float = _setting(30_000.0, ge=100)
     """Time-to-first-token objective, ms: the gateway judges requests by it, and under srpf
     dlfp-ct's deadline plan serves first a prefill whose slack is below its predicted
