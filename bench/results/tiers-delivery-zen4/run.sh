@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench tiers on the embedded model on the current scheduler (each gap planned to the
-# objective less its delivery share, 0.05 by default), default settings, one gateway: the
+# bench tiers on the embedded model on the current scheduler (the delivery share, 0.05 by
+# default, of each step's slack left unplanned), default settings, one gateway: the
 # measured run over seeds 1 and 2 (the calibrated static caps, dlfp-ct, dlfp and off, in a
 # balanced order per seed). The calibration (seed 0, static caps 16 to 256) is
 # tiers-busy-documents-zen4's, copied from tiers-nonneg-zen4 (calibration.json and
