@@ -8,7 +8,10 @@
 # the paper's dlfp in every condition; 8 episodes where not said; the arms in a balanced
 # (Williams) order. Sizing and conditions are episodes-slack-zen4's (same machine), as in
 # episodes-nonneg-zen4. Run from the repository root, with nothing else running:
-# bench/results/episodes-delivery-zen4/run.sh. Resumes where it stopped.
+# bench/results/episodes-delivery-zen4/run.sh. Resumes where it stopped. The step logs of
+# every arm but dlfp-ct (steps/episode-<e>/<arm>.json.gz) and the gateway log were dropped
+# to keep bench/results under 25 MB: recover them with
+# git checkout d998221 -- bench/results/episodes-delivery-zen4
 set -euo pipefail
 OUT=bench/results/episodes-delivery-zen4
 SIBLING=bench/results/episodes-slack-zen4

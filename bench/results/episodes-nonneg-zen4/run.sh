@@ -8,10 +8,9 @@
 # condition; 8 episodes where not said; the arms in a balanced (Williams) order. Sizing
 # and conditions are episodes-slack-zen4's (same machine), as in episodes-current-zen4.
 # Then `bench overhead`. Run from the repository root, with nothing else running:
-# bench/results/episodes-nonneg-zen4/run.sh. Resumes where it stopped. The static arms'
-# and off's step logs (steps/episode-<e>/fixed-<n>.json.gz, off.json.gz) were dropped to
-# keep bench/results under 25 MB: recover them with
-# git checkout cbbfd5d -- bench/results/episodes-nonneg-zen4
+# bench/results/episodes-nonneg-zen4/run.sh. Resumes where it stopped. Its raw records
+# (records/, steps/ and the gateway log) were dropped to keep bench/results under 25 MB
+# (DROPPED.md): recover them with git checkout cbbfd5d -- bench/results/episodes-nonneg-zen4
 set -euo pipefail
 OUT=bench/results/episodes-nonneg-zen4
 SIBLING=bench/results/episodes-slack-zen4

@@ -7,7 +7,9 @@
 # said; the arms in a balanced (Williams) order, each run's scheduler steps kept (steps/).
 # Sizing and conditions are episodes-slack-zen4's (same machine). Run from the repository
 # root, with nothing else running: bench/results/episodes-slackshare-zen4/run.sh. Resumes
-# where it stopped.
+# where it stopped. The static arms' step logs (steps/episode-<e>/fixed-<n>.json.gz) were
+# dropped to keep bench/results under 25 MB: recover them with
+# git checkout 0199348 -- bench/results/episodes-slackshare-zen4
 set -euo pipefail
 OUT=bench/results/episodes-slackshare-zen4
 SIBLING=bench/results/episodes-slack-zen4

@@ -7,9 +7,10 @@
 # episodes) against fixed-8 and fixed-16, dlfp-ct and the paper's dlfp, the arms in a
 # balanced order, each run's steps kept. Sizing and conditions are episodes-slack-zen4's.
 # Run from the repository root, with nothing else running:
-# bench/results/episodes-symmetric-zen4/run.sh. Resumes where it stopped. The static arms'
-# step logs (steps/episode-<e>/fixed-<n>.json.gz) were dropped to keep bench/results under
-# 25 MB: recover them with git checkout 83131e7 -- bench/results/episodes-symmetric-zen4
+# bench/results/episodes-symmetric-zen4/run.sh. Resumes where it stopped. Its records, the
+# step logs of every arm but dlfp-ct and the gateway log were dropped to keep bench/results
+# under 25 MB (DROPPED.md): recover them with
+# git checkout 83131e7 -- bench/results/episodes-symmetric-zen4
 set -euo pipefail
 OUT=bench/results/episodes-symmetric-zen4
 SIBLING=bench/results/episodes-slack-zen4
