@@ -115,8 +115,7 @@ def test_the_plan_holds_each_stream_to_its_own_objective() -> None:
     tighter binds the plan, so the step carries fewer prefill tokens than under 500 ms
     alone, and its deadline is the 150 ms stream's."""
     clock = FakeClock()
-    params = cap_params(itl_slo_ms=500.0)
-    controller = PrefillCapController(params, clock=clock, wall_clock=clock)
+    controller = PrefillCapController(cap_params(itl_slo_ms=500.0), clock=clock, wall_clock=clock)
     slack = controller._deadline_plan.slack
     for n in range(40):  # a plant: 40 ms decodes, 1 ms a prefill token
         slack.observe(StepShape(2, 1000), 0.040)

@@ -393,11 +393,13 @@ def test_a_stream_past_its_objective_binds_the_plan_within_twice_it() -> None:
     assert plan.deadline_s(clock(), 0) == pytest.approx(0.1 + 2 * ITL_SLO_S)
 
 
-def _cap_with_delivery_share(share: float) -> int | None:
+def _cap_with_delivery_share(
+    share: float, itl_slo_ms: float = 500.0, candidates: list[tuple[int, int]] | None = None
+) -> int | None:
     """A step's cap on a plant of 40 ms decodes and 1 ms a prefill token, right after a
-    token of the 500 ms stream, under ``delivery_share``."""
+    token of a stream with ``itl_slo_ms``, under ``delivery_share``."""
     clock = FakeClock()
-    params = cap_params(itl_slo_ms=500.0, delivery_share=share)
+    params = cap_params(itl_slo_ms=itl_slo_ms, delivery_share=share)
     controller = PrefillCapController(params, clock=clock, wall_clock=clock)
     slack = controller._deadline_plan.slack
     for n in range(40):
@@ -408,8 +410,19 @@ def _cap_with_delivery_share(share: float) -> int | None:
     clock.advance(0.04)
     controller.on_step_done()
     return controller.on_schedule(
-        2, candidates=[(0, 10_000)], decode_context_tokens=1000, oldest_token_step=0
+        2,
+        candidates=candidates or [(0, 10_000)],
+        decode_context_tokens=1000,
+        oldest_token_step=0,
     )
+
+
+def test_a_token_that_fits_only_the_delivery_share_goes_at_the_floor() -> None:
+    """Decodes of 40 ms under a 41.5 ms objective leave 1.5 ms of room, which one token
+    (1 ms) fits but not the half of it a share of 0.5 plans: the step carries the floor
+    (``min_cap_tokens``), not zero prefill step after step."""
+    cap = _cap_with_delivery_share(0.5, itl_slo_ms=41.5, candidates=[(0, 100)])
+    assert cap == cap_params().min_cap_tokens
 
 
 def test_the_plan_leaves_the_delivery_share_of_the_slack() -> None:

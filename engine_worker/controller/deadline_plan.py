@@ -264,7 +264,10 @@ class DeadlinePlan:
             if cap > limit:
                 cap, attention = plan_prefill(candidates, limit)
             # The slack of a step that starts right after the binding stream's token.
+            # NOTE: less the delivery share, as the budget: a token that fits the room but
+            # not its planned share would otherwise hold the prompt at zero, unfloored.
             room_s = itl_slo_s - host_s - decode_tail_s
+            room_s = room_s * (1.0 - p.delivery_share) if room_s > 0 else room_s
             floor_tokens = min(p.min_cap_tokens, left)
             is_floor = cap < floor_tokens and (
                 (cap == 0 and self._lacks_slack(room_s, candidates[0], margin))
@@ -310,8 +313,9 @@ class DeadlinePlan:
     def _lacks_slack(self, room_s: float, head: tuple[int, int], margin: float) -> bool:
         """Whether not one token of ``head`` (``(computed, remaining)``) fits ``room_s``, the
         slack of a step that starts right after a token of the binding stream (its objective
-        less the host's share and the decodes' tail): its increment, attention over the
-        prompt's computed tokens included, times ``margin`` exceeds it."""
+        less the host's share and the decodes' tail, less the delivery share): its
+        increment, attention over the prompt's computed tokens included, times ``margin``
+        exceeds it."""
         return self.slack.budget_tokens(room_s, [head], margin)[0] == 0
 
     def _end_lacks_slack(

@@ -78,7 +78,9 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         candidates: list[Candidate] = []
         deadlines: list[float] = []
         classes: dict[str, tuple[int, float]] = {}
-        new = tuple.__new__  # a Candidate at C speed (its constructor is a Python call)
+        # A Candidate at C speed (its constructor is a Python call); no count of its fields
+        # is checked: the tuple below must list every field of Candidate, in order.
+        new = tuple.__new__
         # NOTE: num_tokens, not num_prompt_tokens: a preempted request re-prefills its
         # generated tokens too.
         for is_running, requests in (

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Interference episodes on the current scheduler: each gap planned to the objective less
-# its delivery share (delivery_share 0.05, the default), the fits' slopes held non-negative
-# and their covariance symmetric. Every condition of `bench episodes --conditions` and the
+# Interference episodes on the scheduler of commit 1ab1ed1: each gap planned to the
+# objective less its delivery share (delivery_share 0.05), a form since withdrawn for the
+# share of each step's slack; the fits' slopes held non-negative and their covariance
+# symmetric. Every condition of `bench episodes --conditions` and the
 # thin-slack one, each run's scheduler steps kept (steps/): 500 ms with 2 streams (10
 # episodes) and 8 streams, against off, fixed-64, fixed-128 and fixed-256; 90 ms with 2 and
 # 8 streams and 60 ms with 8 streams (6 episodes), against fixed-8 and fixed-16; dlfp-ct and
