@@ -256,18 +256,14 @@ class DeadlinePlan:
             host_s = self.host_s()
             decode_tail_s = decode_s * self.slack.decode_tail()
             slack_s = deadline_s - self._base_s(now_s) - host_s - decode_tail_s
-            # NOTE: the delivery share of the slack is left for the token's way to its
-            # reader, which the engine does not time (docs/scheduler.md, "Deadline plan").
-            planned_s = slack_s * (1.0 - p.delivery_share) if slack_s > 0 else slack_s
-            cap, attention = self.slack.budget_tokens(planned_s, candidates, margin)
+            cap, attention = self.slack.budget_tokens(self._planned(slack_s), candidates, margin)
             limit = self._limit_tokens()
             if cap > limit:
                 cap, attention = plan_prefill(candidates, limit)
-            # The slack of a step that starts right after the binding stream's token.
-            # NOTE: less the delivery share, as the budget: a token that fits the room but
-            # not its planned share would otherwise hold the prompt at zero, unfloored.
-            room_s = itl_slo_s - host_s - decode_tail_s
-            room_s = room_s * (1.0 - p.delivery_share) if room_s > 0 else room_s
+            # The slack of a step that starts right after the binding stream's token, less
+            # the delivery share as the budget: a token that fits the room but not its
+            # planned part would otherwise hold the prompt at zero, unfloored.
+            room_s = self._planned(itl_slo_s - host_s - decode_tail_s)
             floor_tokens = min(p.min_cap_tokens, left)
             is_floor = cap < floor_tokens and (
                 (cap == 0 and self._lacks_slack(room_s, candidates[0], margin))
@@ -303,6 +299,12 @@ class DeadlinePlan:
             cap, is_bound = completed, False
         self.num_zero_prefill_steps += cap == 0
         return Deadline(cap, deadline_s, margin, is_bound)
+
+    def _planned(self, slack_s: float) -> float:
+        """The part of ``slack_s`` the plan may fill: all but its ``delivery_share``, left
+        for a token's way to its reader, which the engine does not time (docs/scheduler.md,
+        "Deadline plan"); no slack stays none."""
+        return slack_s * (1.0 - self._params.delivery_share) if slack_s > 0 else slack_s
 
     def _limit_tokens(self) -> int:
         """The most a step may carry whatever the slack: ``max_cap_tokens``, and what the

@@ -100,7 +100,11 @@ def candidates_in_order(
 
 def prefill_candidates(running_prefills: Iterable[Any], waiting: Iterable[Any]) -> list[Candidate]:
     """The requests with prefill left, in vLLM's order (running, then waiting)."""
-    candidates = []
+    candidates: list[Candidate] = []
+    # NOTE: a Candidate built by tuple.__new__, at C speed (its constructor is a Python
+    # call, and this runs over every waiting request each step); no count of its fields is
+    # checked: the tuple must list every field of Candidate, in order.
+    new = tuple.__new__
     # NOTE: num_tokens, not num_prompt_tokens: a preempted request re-prefills its
     # generated tokens too.
     for is_running, requests in ((True, running_prefills), (False, waiting)):
@@ -108,7 +112,7 @@ def prefill_candidates(running_prefills: Iterable[Any], waiting: Iterable[Any]) 
             computed = r.num_computed_tokens
             remaining = r.num_tokens - computed
             if remaining > 0:
-                candidates.append(Candidate(r, computed, remaining, is_running))
+                candidates.append(new(Candidate, (r, computed, remaining, is_running)))
     return candidates
 
 

@@ -16,6 +16,7 @@ from engine_worker.engine_core.prefill_order import (
     ON_TIME,
     OUT_OF_REACH,
     Candidate,
+    prefill_candidates,
     srpf_order,
     vllm_order,
 )
@@ -41,17 +42,8 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
 
     def _prefill_candidates(self, now_unix_s: float) -> list[Candidate]:
         """The prefills a capped step could serve, in the order it should; with
-        ``now_unix_s`` (deadline planning), their TTFT deadlines and classes are read too.
-
-        Each prefill's TTFT deadline is its arrival at the engine plus its own
-        ``ttft_slo_ms`` (``contract.api.TTFT_SLO_ARG``), else the controller's (the gateway's
-        queue before the engine is admission's business). Under ``srpf`` its TTFT class
-        (``prefill_order``) is ``OUT_OF_REACH`` where a lone prefill at full speed would
-        not finish it by its deadline, ``AT_RISK`` where the rate the slack gives would
-        not, else ``ON_TIME``.
-
-        NOTE: one pass over the requests builds the candidates, their deadlines and
-        classes: it runs over every waiting request each step (``bench overhead``)."""
+        ``now_unix_s`` (deadline planning), their TTFT deadlines (``_ttft_deadlines``) are
+        read too, and under ``srpf`` their classes."""
         running = self.running
         num_free_slots = max(self.max_num_running_reqs - len(running), 0)
         srpf = self.dlfp_params.prefill_order == PrefillOrder.SRPF
@@ -68,49 +60,11 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
                     waiting.append(request)
                     if len(waiting) == num_free_slots:
                         break
-        rates = None
-        if now_unix_s and srpf:
-            rates = self.dlfp_controller.prefill_rates()
-        per_token_s, per_context_s = rates or (0.0, 0.0)
-        slack_rate = self.dlfp_controller.slack_rate_tokens_per_s() if rates else None
-        objectives = self._own_objectives
-        default_s = self.dlfp_params.ttft_slo_ms / 1000.0
-        candidates: list[Candidate] = []
+        candidates = prefill_candidates([r for r in running if r.is_prefill_chunk], waiting)
         deadlines: list[float] = []
         classes: dict[str, tuple[int, float]] = {}
-        # A Candidate at C speed (its constructor is a Python call); no count of its fields
-        # is checked: the tuple below must list every field of Candidate, in order.
-        new = tuple.__new__
-        # NOTE: num_tokens, not num_prompt_tokens: a preempted request re-prefills its
-        # generated tokens too.
-        for is_running, requests in (
-            (True, [r for r in running if r.is_prefill_chunk]),
-            (False, waiting),
-        ):
-            for request in requests:
-                computed = request.num_computed_tokens
-                remaining = request.num_tokens - computed
-                if remaining <= 0:
-                    continue
-                candidates.append(new(Candidate, (request, computed, remaining, is_running)))
-                if not now_unix_s:
-                    continue
-                entry = objectives.get(request.request_id)
-                if entry is None or entry[0] is not request:
-                    entry = self._objectives_of(request)
-                own_ms = entry[1]
-                deadline_s = request.arrival_time + (
-                    default_s if own_ms is None else own_ms / 1000.0
-                )
-                deadlines.append(deadline_s)
-                if rates is None:
-                    continue
-                left_s = deadline_s - now_unix_s
-                alone_s = remaining * (per_token_s + per_context_s * (computed + remaining / 2))
-                if left_s < alone_s:
-                    classes[request.request_id] = (OUT_OF_REACH, deadline_s)
-                elif slack_rate is not None and left_s * slack_rate < remaining:
-                    classes[request.request_id] = (AT_RISK, deadline_s)
+        if now_unix_s:
+            deadlines, classes = self._ttft_deadlines(candidates, now_unix_s, srpf)
         self._earliest_deadline_s = min(deadlines, default=None)
         self._head_deadline_s = None
         if not srpf:
@@ -133,6 +87,41 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
             ttft_class, deadline_s = classes.get(candidates[0].request.request_id, (ON_TIME, 0.0))
             self._head_deadline_s = deadline_s if ttft_class == AT_RISK else None
         return candidates
+
+    def _ttft_deadlines(
+        self, candidates: Sequence[Candidate], now_unix_s: float, classify: bool
+    ) -> tuple[list[float], dict[str, tuple[int, float]]]:
+        """Each candidate's TTFT deadline (Unix s), and with ``classify`` its TTFT class
+        where it is not ``ON_TIME`` (``prefill_order``), in one pass.
+
+        The deadline is its arrival at the engine plus its own ``ttft_slo_ms``
+        (``contract.api.TTFT_SLO_ARG``), else the controller's (the gateway's queue before
+        the engine is admission's business). The class is ``OUT_OF_REACH`` where a lone
+        prefill at full speed would not finish it by its deadline, ``AT_RISK`` where the
+        rate the slack gives would not."""
+        rates = self.dlfp_controller.prefill_rates() if classify else None
+        per_token_s, per_context_s = rates or (0.0, 0.0)
+        slack_rate = self.dlfp_controller.slack_rate_tokens_per_s() if rates else None
+        objectives = self._own_objectives
+        default_s = self.dlfp_params.ttft_slo_ms / 1000.0
+        deadlines: list[float] = []
+        classes: dict[str, tuple[int, float]] = {}
+        for request, computed, remaining, _ in candidates:
+            entry = objectives.get(request.request_id)
+            if entry is None or entry[0] is not request:
+                entry = self._objectives_of(request)
+            own_ms = entry[1]
+            deadline_s = request.arrival_time + (default_s if own_ms is None else own_ms / 1000.0)
+            deadlines.append(deadline_s)
+            if rates is None:
+                continue
+            left_s = deadline_s - now_unix_s
+            alone_s = remaining * (per_token_s + per_context_s * (computed + remaining / 2))
+            if left_s < alone_s:
+                classes[request.request_id] = (OUT_OF_REACH, deadline_s)
+            elif slack_rate is not None and left_s * slack_rate < remaining:
+                classes[request.request_id] = (AT_RISK, deadline_s)
+        return deadlines, classes
 
     def _objectives_of(self, request: Request) -> OwnObjectives:
         """The request's own objectives, read from its sampling parameters once.
