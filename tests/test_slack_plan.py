@@ -19,7 +19,12 @@ import pytest
 from bench.lib.plant import ContextPlant, DriftingPlant
 from engine_worker.controller.cap_controller import PrefillCapController
 from engine_worker.controller.cost_model import StepShape, chunk_attention
-from engine_worker.controller.deadline_plan import DeadlinePlan
+from engine_worker.controller.deadline_plan import (
+    FLOOR_END,
+    FLOOR_LOST,
+    FLOOR_NO_SLACK,
+    DeadlinePlan,
+)
 from engine_worker.engine_core.prefill_order import AT_RISK, OUT_OF_REACH, candidates_in_order
 from tests.cap_params import cap_params
 from tests.fake_clock import FakeClock
@@ -500,6 +505,41 @@ def test_a_prompt_whose_end_lacks_slack_moves_at_the_floor_from_its_start(
     assert (plan.num_floor_steps == before + 1) == is_floor
     assert cap is not None and cap > 0
     assert (cap == PARAMS.min_cap_tokens) == is_floor, cap
+    record = controller.on_scheduled(cap, NUM_STREAMS)
+    assert record.floor_reason == (FLOOR_END if is_floor else None)
+    assert record.to_dict()["floor_reason"] == record.floor_reason
+
+
+@pytest.mark.parametrize(
+    ("lacks_slack", "lost", "end_lacks", "budget", "reason"),
+    [
+        (True, True, True, 0, FLOOR_NO_SLACK),
+        (True, True, True, 3, FLOOR_LOST),
+        (False, True, True, 0, FLOOR_LOST),
+        (False, False, True, 0, FLOOR_END),
+        (False, False, False, 0, None),
+        (True, True, True, 8, None),
+    ],
+)
+def test_a_floor_step_names_the_first_rule_that_sent_it(
+    monkeypatch: pytest.MonkeyPatch,
+    lacks_slack: bool,
+    lost: bool,
+    end_lacks: bool,
+    budget: int,
+    reason: str | None,
+) -> None:
+    """The floor's rules in the order ``plan`` tries them (no slack needs a zero budget);
+    a budget at the floor or above sends no floor step."""
+    plan = DeadlinePlan(PARAMS)
+    monkeypatch.setattr(plan, "_lacks_slack", lambda *args: lacks_slack)
+    monkeypatch.setattr(plan, "objective_lost", lambda: lost)
+    monkeypatch.setattr(plan, "_end_lacks_slack", lambda *args: end_lacks)
+    monkeypatch.setattr(plan.slack, "budget_tokens", lambda *args: (budget, 0.0))
+    deadline = plan.plan(0.0, NUM_STREAMS, CONTEXT, [(0, 200)], oldest_token_step=0)
+    assert deadline.floor_reason == reason
+    assert deadline.is_floor == (reason is not None)
+    assert deadline.cap_tokens == (PARAMS.min_cap_tokens if reason else budget)
 
 
 def _collapsed_plan() -> DeadlinePlan:

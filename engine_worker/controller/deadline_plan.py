@@ -55,6 +55,10 @@ LOST_FACTOR = 10.0
 (``1 - margin_quantile``) of the last ``OVERRUN_WINDOW`` deadline steps ended late."""
 LOST_MIN_STEPS = 50
 """Deadline steps completed before the objective can count as lost."""
+FLOOR_NO_SLACK, FLOOR_LOST, FLOOR_END = "no_slack", "objective_lost", "end_lacks_slack"
+"""Why a step went at the floor (``Deadline.floor_reason``, in the step log): not one token
+fits even right after a token of the binding stream; the streams' objective is lost; the
+first prompt's last token will not fit (its end takes floor steps however it starts)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,9 @@ class Deadline:
     """Whether the step carries ``min_cap_tokens`` because the objective leaves no slack
     beside the decodes' own tail, is lost (``DeadlinePlan.objective_lost``), or will leave
     none at the first prompt's end (``DeadlinePlan._end_lacks_slack``)."""
+    floor_reason: str | None = None
+    """Which of those sent a floor step, the first that holds (``FLOOR_NO_SLACK``,
+    ``FLOOR_LOST``, ``FLOOR_END``); None for any other step."""
 
 
 class DeadlinePlan:
@@ -265,18 +272,20 @@ class DeadlinePlan:
             # planned part would otherwise hold the prompt at zero, unfloored.
             room_s = self._planned(itl_slo_s - host_s - decode_tail_s)
             floor_tokens = min(p.min_cap_tokens, left)
-            is_floor = cap < floor_tokens and (
-                (cap == 0 and self._lacks_slack(room_s, candidates[0], margin))
-                or self.objective_lost()
-                or self._end_lacks_slack(room_s, candidates[0], margin, decode_s, floor_tokens)
+            floor_reason = (
+                self._floor_reason(room_s, candidates[0], margin, decode_s, floor_tokens, cap)
+                if cap < floor_tokens
+                else None
             )
-            if is_floor:
+            if floor_reason is not None:
                 cap, attention = floor_tokens, 0.0
                 self.num_floor_steps += 1
             step_s = decode_s + self.slack.increment_s(cap, attention)
             self.slack_rate_tokens_per_s = cap / step_s if step_s > 0 else 0.0
-            if is_floor:
-                return Deadline(cap, deadline_s, margin, False, is_floor=True)
+            if floor_reason is not None:
+                return Deadline(
+                    cap, deadline_s, margin, False, is_floor=True, floor_reason=floor_reason
+                )
             if head_ttft_left_s is not None and candidates:
                 boost = self._boost_tokens(
                     cap, limit, slack_s, candidates[0], margin, head_ttft_left_s, itl_slo_s
@@ -311,6 +320,25 @@ class DeadlinePlan:
         slack model's fits are trusted for (``SlackModel.trusted_tokens``)."""
         p = self._params
         return min(p.max_cap_tokens, self.slack.trusted_tokens(p.min_cap_tokens))
+
+    def _floor_reason(
+        self,
+        room_s: float,
+        head: tuple[int, int],
+        margin: float,
+        decode_s: float,
+        floor_tokens: int,
+        cap: int,
+    ) -> str | None:
+        """Why a step whose budget ``cap`` is under ``floor_tokens`` goes at the floor
+        (``plan``), the first rule that holds; None where none does."""
+        if cap == 0 and self._lacks_slack(room_s, head, margin):
+            return FLOOR_NO_SLACK
+        if self.objective_lost():
+            return FLOOR_LOST
+        if self._end_lacks_slack(room_s, head, margin, decode_s, floor_tokens):
+            return FLOOR_END
+        return None
 
     def _lacks_slack(self, room_s: float, head: tuple[int, int], margin: float) -> bool:
         """Whether not one token of ``head`` (``(computed, remaining)``) fits ``room_s``, the

@@ -180,6 +180,7 @@ class StepEvents:
             is_deadline_bound=deadline is not None and deadline.is_bound,
             is_boost=deadline is not None and deadline.is_boost,
             is_floor=deadline is not None and deadline.is_floor,
+            floor_reason=None if deadline is None else deadline.floor_reason,
         )
         self._num_mixed_steps += record.is_mixed
         self._num_decode_free_steps += pending.num_decoding == 0

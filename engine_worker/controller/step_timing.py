@@ -96,6 +96,8 @@ class StepRecord:
     is_floor: bool = False
     """Whether the deadline plan sent ``min_cap_tokens`` for want of any slack, now or at the
     first prompt's end, or with the objective lost (``Deadline.is_floor``)."""
+    floor_reason: str | None = None
+    """Which rule sent the floor step (``Deadline.floor_reason``), else None."""
 
     @property
     def is_mixed(self) -> bool:
@@ -168,6 +170,7 @@ class StepRecord:
             "deadline_slack_ms": self.deadline_slack_ms(),
             "is_boost": self.is_boost,
             "is_floor": self.is_floor,
+            "floor_reason": self.floor_reason,
             "done_unix_s": self.done_unix_s,
             "is_feedback": self.is_feedback,
         }
