@@ -6,7 +6,8 @@
 # gap), against fixed-8 and fixed-16; 8 episodes where not said; the arms in a balanced
 # (Williams) order, each run's scheduler steps kept (steps/). Sizing and conditions are
 # episodes-slack-zen4's (same machine). Run from the repository root, with nothing else
-# running: bench/results/episodes-room-zen4/run.sh. Resumes where it stopped.
+# running: bench/results/episodes-room-zen4/run.sh. Resumes where it stopped. Per-episode
+# floor rules, late steps and the longest TTFTs: analyse.py beside this file (analysis.md).
 set -euo pipefail
 OUT=bench/results/episodes-room-zen4
 SIBLING=bench/results/episodes-slack-zen4
