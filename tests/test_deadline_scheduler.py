@@ -158,3 +158,35 @@ def test_target_plan_stretches_the_same_step(model_dir: Path) -> None:
     scheduler.add_request(make_request("short", 20))
     served = prefill_tokens(run_step(scheduler).num_scheduled_tokens)
     assert served["short"] == 20 and served["long"] > 0
+
+
+@pytest.mark.parametrize(
+    ("prompts", "tokens", "floor_reason"),
+    [
+        # 4,000 tokens due in 25 s need 160 a second; 3 tokens a step give about 20.
+        ({"long": 2000, "long2": 2000}, 8, "ttft_at_risk"),
+        # 50 tokens due in 25 s need 2 a second: the slack's 3 tokens a step keep it.
+        ({"short": 50}, 3, None),
+    ],
+)
+def test_a_budget_under_the_floor_that_would_miss_a_ttft_deadline_goes_at_the_floor(
+    model_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    prompts: dict[str, int],
+    tokens: int,
+    floor_reason: str | None,
+) -> None:
+    """The scheduler reads the rate the waiting prompts' TTFT deadlines need (earliest
+    first) once the plan's budget was under ``min_cap_tokens``, and the plan goes at the
+    floor where its own rate falls short of it."""
+    scheduler = decoding(model_dir, itl_slo_ms=500)
+    plan = scheduler.dlfp_controller._deadline_plan
+    plan.is_under_floor = True  # as after a step whose budget was under the floor
+    monkeypatch.setattr(plan.slack, "budget_tokens", lambda *args: (3, 0.0))
+    for request_id, num_tokens in prompts.items():
+        request = make_request(request_id, num_tokens)
+        request.arrival_time = time.time() - 5.0
+        scheduler.add_request(request)
+    served = prefill_tokens(run_step(scheduler).num_scheduled_tokens)
+    assert sum(served.values()) == tokens, served
+    assert scheduler._dlfp_steps[-1].floor_reason == floor_reason

@@ -14,7 +14,7 @@ import pytest
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from engine_worker.contract.dlfp_config import ControllerMode, DLFPConfig, PrefillOrder
-from engine_worker.engine_core.prefill_order import MAX_HELD_STEPS, Candidate, select
+from engine_worker.engine_core.prefill_order import MAX_HELD_STEPS, Candidate, needed_rate, select
 from engine_worker.engine_core.scheduler import DLFPAsyncScheduler, DLFPScheduler
 from tests.scheduler_helpers import make_request, run_step
 from tests.test_scheduler import decoding_ids
@@ -115,3 +115,22 @@ def test_select_shrinks_the_threshold_for_a_running_boundary() -> None:
     # When the boundary's share would cut another chosen request, it waits a step.
     held = select([candidate("w", 100, False), candidate("r", 2000, True)], 128)
     assert (held.waiting, held.running, held.held_running) == (["w"], [], ["r"])
+
+
+@pytest.mark.parametrize(
+    ("deadlines", "rate"),
+    [
+        ([], 0.0),
+        ([(10.0, 100)], 10.0),
+        # EDF: 100 by 10 s, then 100 + 300 by 20 s: the second binds.
+        ([(20.0, 300), (10.0, 100)], 20.0),
+        # A short one due soon binds before a long one due late.
+        ([(2.0, 50), (40.0, 400)], 25.0),
+        # A deadline already past is overdue, not counted.
+        ([(-1.0, 1000), (10.0, 100)], 10.0),
+    ],
+)
+def test_the_rate_the_ttft_deadlines_need_is_edfs(
+    deadlines: list[tuple[float, int]], rate: float
+) -> None:
+    assert needed_rate(deadlines, 0.0) == pytest.approx(rate)

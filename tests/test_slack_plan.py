@@ -25,7 +25,12 @@ from engine_worker.controller.deadline_plan import (
     FLOOR_NO_SLACK,
     DeadlinePlan,
 )
-from engine_worker.engine_core.prefill_order import AT_RISK, OUT_OF_REACH, candidates_in_order
+from engine_worker.engine_core.prefill_order import (
+    AT_RISK,
+    OUT_OF_REACH,
+    candidates_in_order,
+    needed_rate,
+)
 from tests.cap_params import cap_params
 from tests.fake_clock import FakeClock
 
@@ -54,25 +59,36 @@ class Run:
     controller: PrefillCapController | None = None
 
 
-def oracle_tokens(plant: DriftingPlant, computed: int, step: int) -> int:
+def oracle_tokens(
+    plant: DriftingPlant,
+    computed: int,
+    step: int,
+    itl_slo_s: float = ITL_SLO_S,
+    context: int = CONTEXT,
+) -> int:
     """The most tokens whose exact step, times the noise's 0.99 quantile, meets the objective."""
     tail = math.exp(Z_99 * plant.sigma)
     tokens = 0
     while tokens < 4096:
-        shape = StepShape(NUM_STREAMS, CONTEXT, tokens + 1, chunk_attention(computed, tokens + 1))
-        if plant.exact_s(shape, step) * tail > ITL_SLO_S:
+        shape = StepShape(NUM_STREAMS, context, tokens + 1, chunk_attention(computed, tokens + 1))
+        if plant.exact_s(shape, step) * tail > itl_slo_s:
             break
         tokens += 1
     return tokens
 
 
-def prefit(controller: PrefillCapController, plant: DriftingPlant, rng: random.Random) -> None:
+def prefit(
+    controller: PrefillCapController,
+    plant: DriftingPlant,
+    rng: random.Random,
+    context: int = CONTEXT,
+) -> None:
     """As the engine's start-up fit: decode-only steps and prompts of several sizes."""
     quiet = replace(plant, outlier_rate=0.0)
     for size in (16, 64, 8, 32, 4, 48, 12, 24) * 3:
         for shape in (
-            StepShape(NUM_STREAMS, CONTEXT),
-            StepShape(NUM_STREAMS, CONTEXT, size, chunk_attention(0, size)),
+            StepShape(NUM_STREAMS, context),
+            StepShape(NUM_STREAMS, context, size, chunk_attention(0, size)),
         ):
             controller.observe_model(shape, quiet.step_s(shape, rng))
 
@@ -85,21 +101,23 @@ def serve(
     seed: int = 0,
     fixed_cap: int | None = None,
     ttft_slo_s: float | None = None,
+    itl_slo_s: float = ITL_SLO_S,
+    context: int = CONTEXT,
 ) -> Run:
     """``prompts``: name -> (arrival step, tokens); served shortest remaining first, or,
     with ``ttft_slo_s``, by TTFT class as the scheduler does (at risk first, earliest
-    deadline first; ``prefill_selection``), telling the plan whether the first is at risk."""
+    deadline first; ``prefill_selection``), telling the plan whether the first is at risk
+    and, where it asks, the rate the deadlines need. The streams' objective is
+    ``itl_slo_s``, their decodes' context ``context``."""
     rng = random.Random(seed)
     clock = FakeClock()
-    params = (
-        PARAMS
-        if fixed_cap is None
-        else replace(
-            PARAMS, controller="fixed", fixed_cap_tokens=fixed_cap, min_cap_tokens=1, step_tokens=1
+    params = replace(PARAMS, itl_slo_ms=itl_slo_s * 1000.0)
+    if fixed_cap is not None:
+        params = replace(
+            params, controller="fixed", fixed_cap_tokens=fixed_cap, min_cap_tokens=1, step_tokens=1
         )
-    )
     controller = PrefillCapController(params, clock=clock, wall_clock=clock)
-    prefit(controller, plant, random.Random(seed + 1))
+    prefit(controller, plant, random.Random(seed + 1), context)
     computed = dict.fromkeys(prompts, 0)
     run = Run(controller=controller)
     arrival_s: dict[str, float] = {}
@@ -107,7 +125,9 @@ def serve(
         for name, (arrival, _) in prompts.items():
             if arrival == step:
                 arrival_s[name] = clock()
-        at_risk = _at_risk(controller, prompts, computed, arrival_s, clock(), ttft_slo_s)
+        at_risk, needed = _ttft_reading(
+            controller, prompts, computed, arrival_s, clock(), ttft_slo_s
+        )
         deadlines_s = {name: s + (ttft_slo_s or 0.0) for name, s in arrival_s.items()}
         waiting = [
             c.request.request_id
@@ -129,11 +149,12 @@ def serve(
         cap = controller.on_schedule(
             NUM_STREAMS,
             candidates=candidates,
-            decode_context_tokens=CONTEXT,
+            decode_context_tokens=context,
             oldest_token_step=step - 1 if step else None,
             head_ttft_left_s=arrival_s[waiting[0]] + ttft_slo_s - clock()
             if ttft_slo_s is not None and waiting and waiting[0] in at_risk
             else None,
+            ttft_needed_rate=needed,
         )
         left = sum(remaining for _, remaining in candidates) if cap is None else cap
         num_prefill, attention = 0, 0.0
@@ -145,7 +166,7 @@ def serve(
             left -= take
             if computed[name] == prompts[name][1]:
                 run.first_token_step.setdefault(name, step)
-        shape = StepShape(NUM_STREAMS, CONTEXT, num_prefill, attention)
+        shape = StepShape(NUM_STREAMS, context, num_prefill, attention)
         controller.on_scheduled(num_prefill, NUM_STREAMS, shape=shape)
         exact_s = plant.exact_s(shape)
         seconds = plant.step_s(shape, rng)
@@ -155,35 +176,44 @@ def serve(
             run.ttft_s.setdefault(name, clock() - arrival_s[name]) if first == step else None
         run.caps.append(-1 if cap is None else cap)
         run.prefill.append(num_prefill)
-        run.oracle.append(oracle_tokens(plant, candidates[0][0], step) if candidates else 0)
-        run.late.append(seconds > ITL_SLO_S)
+        run.oracle.append(
+            oracle_tokens(plant, candidates[0][0], step, itl_slo_s, context) if candidates else 0
+        )
+        run.late.append(seconds > itl_slo_s)
         run.outlier.append(seconds > 1.9 * exact_s)
         run.floor.append(controller._deadline_plan.num_floor_steps > num_floor_steps)
     return run
 
 
-def _at_risk(
+def _ttft_reading(
     controller: PrefillCapController,
     prompts: dict[str, tuple[int, int]],
     computed: dict[str, int],
     arrival_s: dict[str, float],
     now_s: float,
     ttft_slo_s: float | None,
-) -> set[str]:
-    """The prompts the slack's rate would not finish by their TTFT deadline (and a lone
-    prefill would): ``prefill_selection``'s rule."""
+) -> tuple[set[str], float | None]:
+    """As ``prefill_selection`` reads the prompts' TTFT deadlines: those the slack's rate
+    would not finish by theirs (and a lone prefill would), and, where the plan asks
+    (``reads_ttft_rate``), the rate the reachable ones need served earliest deadline first
+    (None where it does not)."""
     rate = controller.slack_rate_tokens_per_s()
     rates = controller.prefill_rates()
     if ttft_slo_s is None or rate is None or rates is None:
-        return set()
+        return set(), None
     at_risk = set()
+    reachable: list[tuple[float, int]] | None = [] if controller.reads_ttft_rate() else None
     for name, started_s in arrival_s.items():
         remaining = prompts[name][1] - computed[name]
         left_s = started_s + ttft_slo_s - now_s
         alone_s = remaining * rates[0]
-        if remaining and alone_s <= left_s < remaining / rate:
+        if not remaining or alone_s > left_s:
+            continue
+        if left_s < remaining / rate:
             at_risk.add(name)
-    return at_risk
+        if reachable is not None:
+            reachable.append((started_s + ttft_slo_s, remaining))
+    return at_risk, None if reachable is None else needed_rate(reachable, now_s)
 
 
 LONG = {"long": (0, 10**6)}
@@ -655,3 +685,46 @@ def test_holding_two_slopes_keeps_both_at_zero_and_refits_the_rest() -> None:
     theta = _held_nonnegative(list(estimate), covariance.tolist(), num_free=1)
     assert theta[1] == 0.0 and theta[2] == 0.0, theta
     assert theta[0] == pytest.approx(rhs[0] / gram[0][0]), theta
+
+
+FAST_DECODE = DriftingPlant(
+    work=ContextPlant(
+        base_s=0.030, decode_s=0.002, prefill_s_per_token=0.0012, attention_s_per_token2=9e-7
+    ),
+    sigma=0.10,
+    mixed_s=0.015,
+    drift_start=10**9,
+)
+"""The AVX-512 CPU at 90 ms with 8 streams: a decode-only step of 46 ms, a step with any
+prefill 15 ms more, 1.2 ms a prefill token, noise of 10%: the slack's budget is a few
+tokens a step, under ``min_cap_tokens``."""
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_prompt_the_slack_rate_would_hold_past_its_deadline_goes_at_the_floor(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two 1,600-token prompts 20 steps apart, a 30 s TTFT objective: at the slack's rate
+    (a few tokens a step) the second would wait past it; served earliest deadline first,
+    the rate their deadlines need exceeds the slack's, so the plan goes at the floor
+    (``min_cap_tokens``, the tightest static cap) and both meet it, while fewer of its
+    steps end late than the tightest cap's. Without the rule (the control) the second
+    prompt waits past its objective."""
+    prompts = {"first": (0, 1600), "second": (20, 1600)}
+
+    def run(plant: DriftingPlant) -> Run:
+        return serve(
+            replace(plant), prompts, num_steps=1200, seed=seed, ttft_slo_s=30.0, itl_slo_s=0.09
+        )
+
+    planned = run(FAST_DECODE)
+    assert max(planned.ttft_s.values()) <= 30.0, planned.ttft_s
+    tightest = serve(
+        replace(FAST_DECODE), prompts, num_steps=1200, seed=seed, fixed_cap=8, itl_slo_s=0.09
+    )
+    num_steps = max(planned.first_token_step.values())
+    tightest_steps = max(tightest.first_token_step.values())
+    assert sum(planned.late[:num_steps]) < sum(tightest.late[:tightest_steps])
+    monkeypatch.setattr(PrefillCapController, "reads_ttft_rate", lambda self: False)
+    control = run(FAST_DECODE)
+    assert control.ttft_s.get("second", math.inf) > 30.0, control.ttft_s

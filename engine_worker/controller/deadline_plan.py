@@ -19,16 +19,17 @@ without end. So does a step whose budget is under ``min_cap_tokens`` while the o
 is lost (over ``LOST_FACTOR`` times its allowed share of the recent deadline steps ended
 late): trickling fewer tokens keeps no gap within it, and only delays the prompts; and so
 does one whose first candidate's last token will not fit (its end takes floor steps
-however it starts), where floor steps would finish it within ``ttft_slo_ms``. All count
-as load to shed for admission. A prefill past its TTFT deadline is not forced
-beyond the slack: it goes on at the slack's rate. A step that completes prefills
-ends with them (see ``DeadlinePlan.plan``). A prefill at risk of its TTFT deadline may
-go beyond the slack where the steps it needs fit the overrun allowance the streams'
-quantile objective leaves (see ``DeadlinePlan.plan``). Under ``observation: device`` the plan works
-in completion time: it adds the host's share (``host_share``) to each predicted device
-time. ``m`` is the increment's tail quantile times a proportional correction toward 1%
-of deadline-bound steps ending late (``margin.corrected``). Equations in
-docs/scheduler.md, "Deadline plan".
+however it starts), where floor steps would finish it within ``ttft_slo_ms``; and one
+whose budget's rate falls short of the rate the prompts' TTFT deadlines need
+(``ttft_needed_rate``). All count as load to shed for admission. A prefill past its TTFT
+deadline is not forced beyond the slack: it goes on at the slack's rate. A step that
+completes prefills ends with them (see ``DeadlinePlan.plan``). A prefill at risk of its
+TTFT deadline may go beyond the slack where the steps it needs fit the overrun allowance
+the streams' quantile objective leaves (see ``DeadlinePlan.plan``). Under ``observation:
+device`` the plan works in completion time: it adds the host's share (``host_share``) to
+each predicted device time. ``m`` is the increment's tail quantile times a proportional
+correction toward 1% of deadline-bound steps ending late (``margin.corrected``). Equations
+in docs/scheduler.md, "Deadline plan".
 """
 
 from __future__ import annotations
@@ -56,9 +57,11 @@ LOST_FACTOR = 10.0
 LOST_MIN_STEPS = 50
 """Deadline steps completed before the objective can count as lost."""
 FLOOR_NO_SLACK, FLOOR_LOST, FLOOR_END = "no_slack", "objective_lost", "end_lacks_slack"
+FLOOR_TTFT = "ttft_at_risk"
 """Why a step went at the floor (``Deadline.floor_reason``, in the step log): not one token
 fits even right after a token of the binding stream; the streams' objective is lost; the
-first prompt's last token will not fit (its end takes floor steps however it starts)."""
+first prompt's last token will not fit (its end takes floor steps however it starts); the
+slack's rate would finish a waiting prompt after its TTFT deadline (``DeadlinePlan.plan``)."""
 
 
 @dataclass(frozen=True)
@@ -74,10 +77,11 @@ class Deadline:
     is_floor: bool = False
     """Whether the step carries ``min_cap_tokens`` because the objective leaves no slack
     beside the decodes' own tail, is lost (``DeadlinePlan.objective_lost``), or will leave
-    none at the first prompt's end (``DeadlinePlan._end_lacks_slack``)."""
+    none at the first prompt's end (``DeadlinePlan._end_lacks_slack``), or because the
+    slack's rate would hold a prompt past its TTFT deadline."""
     floor_reason: str | None = None
     """Which of those sent a floor step, the first that holds (``FLOOR_NO_SLACK``,
-    ``FLOOR_LOST``, ``FLOOR_END``); None for any other step."""
+    ``FLOOR_LOST``, ``FLOOR_END``, ``FLOOR_TTFT``); None for any other step."""
 
 
 class DeadlinePlan:
@@ -94,6 +98,9 @@ class DeadlinePlan:
         self.num_floor_steps = 0
         self.slack_rate_tokens_per_s: float | None = None
         """Prefill tokens a second at the latest deadline-bound step's budget."""
+        self.is_under_floor = False
+        """Whether the latest planned step's slack budget was under ``min_cap_tokens``
+        (the scheduler then reads the rate its prompts' TTFT deadlines need)."""
         self.num_ttft_overdue_steps = 0
         self.num_deadline_steps = 0
         self.num_deadline_misses = 0
@@ -224,8 +231,17 @@ class DeadlinePlan:
         ttft_overdue: bool = False,
         head_ttft_left_s: float | None = None,
         own_deadlines: Sequence[tuple[int, float]] = (),
+        ttft_needed_rate: float | None = None,
     ) -> Deadline:
         """The step's cap: the tokens the slack allows, 0 where not one fits.
+
+        ``ttft_needed_rate``: the prefill rate (tokens/s) that would meet every waiting
+        prompt's TTFT deadline served earliest deadline first
+        (``prefill_order.needed_rate``; None: not read). A budget of at least one token
+        but under ``min_cap_tokens`` whose rate, ``R / (D + I(R))``, falls short of it goes
+        at the floor instead (``FLOOR_TTFT``): the slack's rate would hold a prompt past
+        its deadline, and the floor is the tightest static cap's rate, which trades the
+        gaps as that cap would.
 
         ``ttft_overdue`` (a candidate is past its TTFT deadline) is counted, not acted
         on: such a prefill goes on at the slack's rate, never forced beyond it.
@@ -272,8 +288,11 @@ class DeadlinePlan:
             # planned part would otherwise hold the prompt at zero, unfloored.
             room_s = self._planned(itl_slo_s - host_s - decode_tail_s)
             floor_tokens = min(p.min_cap_tokens, left)
+            self.is_under_floor = cap < floor_tokens
             floor_reason = (
-                self._floor_reason(room_s, candidates[0], margin, decode_s, floor_tokens, cap)
+                self._floor_reason(
+                    room_s, candidates[0], margin, decode_s, floor_tokens, cap, ttft_needed_rate
+                )
                 if cap < floor_tokens
                 else None
             )
@@ -329,6 +348,7 @@ class DeadlinePlan:
         decode_s: float,
         floor_tokens: int,
         cap: int,
+        ttft_needed_rate: float | None = None,
     ) -> str | None:
         """Why a step whose budget ``cap`` is under ``floor_tokens`` goes at the floor
         (``plan``), the first rule that holds; None where none does."""
@@ -338,6 +358,10 @@ class DeadlinePlan:
             return FLOOR_LOST
         if self._end_lacks_slack(room_s, head, margin, decode_s, floor_tokens):
             return FLOOR_END
+        if cap and ttft_needed_rate:
+            step_s = decode_s + self.slack.increment_s(cap, cap * (head[0] + cap / 2))
+            if step_s > 0 and cap / step_s < ttft_needed_rate:
+                return FLOOR_TTFT
         return None
 
     def _lacks_slack(self, room_s: float, head: tuple[int, int], margin: float) -> bool:

@@ -228,7 +228,8 @@ class ControllerState:
     num_floor_steps: int = 0
     """Deadline plan: steps that carried ``min_cap_tokens`` because the streams' objective
     left no slack beside the decodes' own tail, was lost, or will leave none at the first
-    prompt's end (``Deadline.is_floor``)."""
+    prompt's end, or because the slack's rate would hold a prompt past its TTFT deadline
+    (``Deadline.is_floor``)."""
     num_ttft_overdue_steps: int = 0
     """Deadline plan: planned steps with a prefill past its TTFT deadline (it goes on at the
     slack's rate)."""

@@ -54,6 +54,7 @@ class StepEvents:
         own_deadlines: Sequence[tuple[int, float]] = (),
         ttft_overdue: bool = False,
         head_ttft_left_s: float | None = None,
+        ttft_needed_rate: float | None = None,
     ) -> int | None:
         """Before ``schedule()``: the prefill cap for this step, None for no cap, 0 for
         no prefill at all.
@@ -67,7 +68,8 @@ class StepEvents:
         token of the streams with an objective of their own, and
         ``ttft_overdue``, whether a candidate is past its TTFT deadline, and
         ``head_ttft_left_s``, the time left to the first one's where the slack's rate
-        would miss it (else None).
+        would miss it (else None), and ``ttft_needed_rate``, the prefill rate that meets
+        every candidate's TTFT deadline (``DeadlinePlan.plan``; None: not read).
         """
         now_s = self._now(now_s)
         previous = self._timeline.close_interval(now_s)
@@ -95,6 +97,7 @@ class StepEvents:
                     ttft_overdue,
                     head_ttft_left_s,
                     own_deadlines,
+                    ttft_needed_rate,
                 )
                 cap, is_planned = deadline.cap_tokens, True
             elif candidates and self._is_planning and not self._params.plans_deadlines:
@@ -127,6 +130,11 @@ class StepEvents:
     def slack_rate_tokens_per_s(self) -> float | None:
         """Prefill tokens a second at the deadline plan's latest budget (None: not known)."""
         return self._deadline_plan.slack_rate_tokens_per_s if self._params.plans_deadlines else None
+
+    def reads_ttft_rate(self) -> bool:
+        """Whether the next step's plan reads the rate its prompts' TTFT deadlines need
+        (the deadline plan's latest budget was under ``min_cap_tokens``)."""
+        return self._params.plans_deadlines and self._deadline_plan.is_under_floor
 
     def prefill_rates(self) -> tuple[float, float] | None:
         """The cost model's prefill rates (``StepCostModel.prefill_rates``), or None."""

@@ -180,6 +180,22 @@ def srpf_order(
     return order
 
 
+def needed_rate(deadlines: Iterable[tuple[float, int]], now_s: float) -> float:
+    """The prefill rate (tokens/s) that meets every TTFT deadline in ``deadlines``,
+    ``(deadline_s, remaining_tokens)`` pairs, served earliest deadline first: the largest
+    of ``sum(R_j, d_j <= d_k) / (d_k - now)`` over the deadlines ``d_k`` (EDF's
+    feasibility test). A deadline already past is left out (it is overdue, not at risk);
+    0 with none left."""
+    rate, total = 0.0, 0
+    for deadline_s, remaining in sorted(deadlines):
+        left_s = deadline_s - now_s
+        if left_s <= 0:
+            continue
+        total += remaining
+        rate = max(rate, total / left_s)
+    return rate
+
+
 def _remaining_arrival(c: Candidate) -> tuple[int, float]:
     return (c.remaining_tokens, c.request.arrival_time)
 

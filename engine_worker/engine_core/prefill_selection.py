@@ -16,6 +16,7 @@ from engine_worker.engine_core.prefill_order import (
     ON_TIME,
     OUT_OF_REACH,
     Candidate,
+    needed_rate,
     prefill_candidates,
     srpf_order,
     vllm_order,
@@ -37,6 +38,9 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
     """The TTFT deadline (Unix s) of the latest candidates' first where it is at risk."""
     _earliest_deadline_s: float | None = None
     """The earliest TTFT deadline (Unix s) among the latest candidates (None: not read)."""
+    _ttft_needed_rate: float | None = None
+    """The prefill rate that meets the latest candidates' TTFT deadlines, earliest first,
+    those out of reach left out (``prefill_order.needed_rate``; None: not read)."""
     _own_objectives: dict[str, OwnObjectives]
     """Each live request's own objectives by id (set by ``DLFPSchedulerMixin``)."""
 
@@ -63,6 +67,7 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         candidates = prefill_candidates([r for r in running if r.is_prefill_chunk], waiting)
         deadlines: list[float] = []
         classes: dict[str, tuple[int, float]] = {}
+        self._ttft_needed_rate = None
         if now_unix_s:
             deadlines, classes = self._ttft_deadlines(candidates, now_unix_s, srpf)
         self._earliest_deadline_s = min(deadlines, default=None)
@@ -106,6 +111,11 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         default_s = self.dlfp_params.ttft_slo_ms / 1000.0
         deadlines: list[float] = []
         classes: dict[str, tuple[int, float]] = {}
+        # NOTE: only where the plan's budget was under the floor (the rate is read there,
+        # ``DeadlinePlan.plan``): a sort a step is not paid where the slack is wide.
+        reachable: list[tuple[float, int]] | None = (
+            [] if rates and self.dlfp_controller.reads_ttft_rate() else None
+        )
         for request, computed, remaining, _ in candidates:
             entry = objectives.get(request.request_id)
             if entry is None or entry[0] is not request:
@@ -119,8 +129,12 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
             alone_s = remaining * (per_token_s + per_context_s * (computed + remaining / 2))
             if left_s < alone_s:
                 classes[request.request_id] = (OUT_OF_REACH, deadline_s)
-            elif slack_rate is not None and left_s * slack_rate < remaining:
+                continue
+            if slack_rate is not None and left_s * slack_rate < remaining:
                 classes[request.request_id] = (AT_RISK, deadline_s)
+            if reachable is not None:
+                reachable.append((deadline_s, remaining))
+        self._ttft_needed_rate = None if reachable is None else needed_rate(reachable, now_unix_s)
         return deadlines, classes
 
     def _objectives_of(self, request: Request) -> OwnObjectives:
