@@ -9,6 +9,7 @@
 # running: bench/results/episodes-ttft-floor-zen4/run.sh. Resumes where it stopped.
 # Per-episode floor rules, late steps and the longest TTFTs:
 # .venv/bin/python bench/results/episodes-room-zen4/analyse.py bench/results/episodes-ttft-floor-zen4
+# (analysis.md).
 set -euo pipefail
 OUT=bench/results/episodes-ttft-floor-zen4
 SIBLING=bench/results/episodes-slack-zen4
