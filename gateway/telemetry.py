@@ -44,9 +44,10 @@ def plan_gauge_values(plan: object) -> dict[str, float]:
 
 
 class ZeroPrefillShare:
-    """The share of the deadline plan's steps that found no slack for one prefill token,
-    over the last ``polls`` polls (``num_zero_prefill_steps`` plus ``num_floor_steps``, over
-    ``num_planned_steps``): admission's signal that the decodes leave no slack
+    """The share of the deadline plan's steps that found no slack for one prefill token, or
+    went at the floor (a floor for a TTFT deadline included), over the last ``polls`` polls
+    (``num_zero_prefill_steps`` plus ``num_floor_steps``, over ``num_planned_steps``):
+    admission's signal that the decodes leave no slack
     (``Admission.zero_prefill_share``). A poll with no planned step clears it: the signal is
     about the plan in force now."""
 

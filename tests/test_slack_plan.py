@@ -23,6 +23,7 @@ from engine_worker.controller.deadline_plan import (
     FLOOR_END,
     FLOOR_LOST,
     FLOOR_NO_SLACK,
+    FLOOR_TTFT,
     DeadlinePlan,
 )
 from engine_worker.engine_core.prefill_order import (
@@ -541,14 +542,21 @@ def test_a_prompt_whose_end_lacks_slack_moves_at_the_floor_from_its_start(
 
 
 @pytest.mark.parametrize(
-    ("lacks_slack", "lost", "end_lacks", "budget", "reason"),
+    ("lacks_slack", "lost", "end_lacks", "budget", "needed_rate", "reason"),
     [
-        (True, True, True, 0, FLOOR_NO_SLACK),
-        (True, True, True, 3, FLOOR_LOST),
-        (False, True, True, 0, FLOOR_LOST),
-        (False, False, True, 0, FLOOR_END),
-        (False, False, False, 0, None),
-        (True, True, True, 8, None),
+        (True, True, True, 0, None, FLOOR_NO_SLACK),
+        (True, True, True, 3, None, FLOOR_LOST),
+        (False, True, True, 0, None, FLOOR_LOST),
+        (False, False, True, 0, None, FLOOR_END),
+        (False, False, False, 0, None, None),
+        (True, True, True, 8, None, None),
+        # The TTFT deadlines' rate comes last, needs a budget of one token or more, and
+        # sends a floor step only where the budget's rate falls short of it.
+        (False, False, False, 3, 1e12, FLOOR_TTFT),
+        (False, False, True, 3, 1e12, FLOOR_END),
+        (False, False, False, 0, 1e12, None),
+        (False, False, False, 3, 1.0, None),
+        (False, False, False, 8, 1e12, None),
     ],
 )
 def test_a_floor_step_names_the_first_rule_that_sent_it(
@@ -557,6 +565,7 @@ def test_a_floor_step_names_the_first_rule_that_sent_it(
     lost: bool,
     end_lacks: bool,
     budget: int,
+    needed_rate: float | None,
     reason: str | None,
 ) -> None:
     """The floor's rules in the order ``plan`` tries them (no slack needs a zero budget);
@@ -566,7 +575,9 @@ def test_a_floor_step_names_the_first_rule_that_sent_it(
     monkeypatch.setattr(plan, "objective_lost", lambda: lost)
     monkeypatch.setattr(plan, "_end_lacks_slack", lambda *args: end_lacks)
     monkeypatch.setattr(plan.slack, "budget_tokens", lambda *args: (budget, 0.0))
-    deadline = plan.plan(0.0, NUM_STREAMS, CONTEXT, [(0, 200)], oldest_token_step=0)
+    deadline = plan.plan(
+        0.0, NUM_STREAMS, CONTEXT, [(0, 200)], oldest_token_step=0, ttft_needed_rate=needed_rate
+    )
     assert deadline.floor_reason == reason
     assert deadline.is_floor == (reason is not None)
     assert deadline.cap_tokens == (PARAMS.min_cap_tokens if reason else budget)

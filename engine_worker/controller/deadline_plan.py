@@ -9,7 +9,7 @@ tail, fits the slack the tightest stream deadline leaves after the decodes' own 
     slack = min_i end(token_i) + itl_slo - base - q_D * D(n, ctx)
     R(k)  = max{R : m * I(R, A(R)) <= (1 - delivery_share) * slack}
 
-No floor while there is slack: a 1-token step is allowed. Where not even one token fits,
+No floor for its own sake: a 1-token step is allowed. Where not even one token fits,
 the step carries no prefill (counted: ``num_zero_prefill_steps``) when the slack is only
 short now (a step ran long, the deadline is near); when the streams' objective leaves no
 slack even right after a token (the decodes' own tail fills it), holding the prefill buys
@@ -56,8 +56,12 @@ LOST_FACTOR = 10.0
 (``1 - margin_quantile``) of the last ``OVERRUN_WINDOW`` deadline steps ended late."""
 LOST_MIN_STEPS = 50
 """Deadline steps completed before the objective can count as lost."""
-FLOOR_NO_SLACK, FLOOR_LOST, FLOOR_END = "no_slack", "objective_lost", "end_lacks_slack"
-FLOOR_TTFT = "ttft_at_risk"
+FLOOR_NO_SLACK, FLOOR_LOST, FLOOR_END, FLOOR_TTFT = (
+    "no_slack",
+    "objective_lost",
+    "end_lacks_slack",
+    "ttft_at_risk",
+)
 """Why a step went at the floor (``Deadline.floor_reason``, in the step log): not one token
 fits even right after a token of the binding stream; the streams' objective is lost; the
 first prompt's last token will not fit (its end takes floor steps however it starts); the
@@ -114,6 +118,7 @@ class DeadlinePlan:
 
     def apply_params(self, params: CapParams) -> None:
         self._params = params
+        self.is_under_floor = False
         self.slack.quantile = params.margin_quantile
 
     def reset_model(self) -> None:
@@ -123,6 +128,7 @@ class DeadlinePlan:
         self.margin_correction = 1.0
         self._late.clear()
         self._num_late = 0
+        self.is_under_floor = False
 
     def margin_value(self) -> float:
         return self.slack.margin() * self.margin_correction
@@ -238,10 +244,12 @@ class DeadlinePlan:
         ``ttft_needed_rate``: the prefill rate (tokens/s) that would meet every waiting
         prompt's TTFT deadline served earliest deadline first
         (``prefill_order.needed_rate``; None: not read). A budget of at least one token
-        but under ``min_cap_tokens`` whose rate, ``R / (D + I(R))``, falls short of it goes
-        at the floor instead (``FLOOR_TTFT``): the slack's rate would hold a prompt past
-        its deadline, and the floor is the tightest static cap's rate, which trades the
-        gaps as that cap would.
+        but under ``min_cap_tokens`` whose rate, ``R / (D + I(R) + host)``, falls short of
+        it goes at the floor instead (``FLOOR_TTFT``): the slack's rate would hold a prompt
+        past its deadline, and the floor is the tightest static cap's rate, which trades
+        the gaps as that cap would. The rate is read one step late (the scheduler reads it
+        once a budget was under the floor, ``is_under_floor``). Prompts out of reach or
+        already past their deadline are not in it: they go on at the slack's rate.
 
         ``ttft_overdue`` (a candidate is past its TTFT deadline) is counted, not acted
         on: such a prefill goes on at the slack's rate, never forced beyond it.
@@ -264,6 +272,7 @@ class DeadlinePlan:
         """
         p = self._params
         self.num_planned_steps += 1
+        self.is_under_floor = False
         self.num_ttft_overdue_steps += ttft_overdue
         margin = self.margin_value()
         deadline_s, itl_slo_s = self._binding(now_s, oldest_token_step, own_deadlines)
@@ -359,7 +368,9 @@ class DeadlinePlan:
         if self._end_lacks_slack(room_s, head, margin, decode_s, floor_tokens):
             return FLOOR_END
         if cap and ttft_needed_rate:
-            step_s = decode_s + self.slack.increment_s(cap, cap * (head[0] + cap / 2))
+            step_s = (
+                decode_s + self.slack.increment_s(cap, cap * (head[0] + cap / 2)) + self.host_s()
+            )
             if step_s > 0 and cap / step_s < ttft_needed_rate:
                 return FLOOR_TTFT
         return None
