@@ -190,3 +190,31 @@ def test_a_budget_under_the_floor_that_would_miss_a_ttft_deadline_goes_at_the_fl
     served = prefill_tokens(run_step(scheduler).num_scheduled_tokens)
     assert sum(served.values()) == tokens, served
     assert scheduler._dlfp_steps[-1].floor_reason == floor_reason
+
+
+@pytest.mark.parametrize(
+    ("under_floor", "prefill_order", "rate"),
+    [
+        # 1,000 tokens due in 25 s: 40 a second; the prompt out of reach (2,000 tokens,
+        # 20 s alone, 1 s left) is left out.
+        (True, "srpf", 40.0),
+        (False, "srpf", None),  # the latest budget was not under the floor: not read
+        (True, "fcfs", None),  # no TTFT classes under fcfs: not read
+    ],
+)
+def test_the_ttft_deadlines_rate_is_read_only_after_a_budget_under_the_floor(
+    model_dir: Path, under_floor: bool, prefill_order: str, rate: float | None
+) -> None:
+    scheduler = decoding(model_dir, itl_slo_ms=500, prefill_order=prefill_order)
+    plan = scheduler.dlfp_controller._deadline_plan
+    now = time.time()
+    reachable, out_of_reach = make_request("reachable", 1000), make_request("late", 2000)
+    reachable.arrival_time, out_of_reach.arrival_time = now - 5.0, now - 29.0
+    scheduler.add_request(reachable)
+    scheduler.add_request(out_of_reach)
+    plan.is_under_floor = under_floor  # as the latest planned step left it
+    scheduler._prefill_candidates(now)
+    if rate is None:
+        assert scheduler._ttft_needed_rate is None
+    else:
+        assert scheduler._ttft_needed_rate == pytest.approx(rate, rel=1e-3)
