@@ -300,7 +300,13 @@ class DeadlinePlan:
             self.is_under_floor = cap < floor_tokens
             floor_reason = (
                 self._floor_reason(
-                    room_s, candidates[0], margin, decode_s, floor_tokens, cap, ttft_needed_rate
+                    room_s,
+                    candidates[0],
+                    margin,
+                    decode_s,
+                    floor_tokens,
+                    (cap, attention),
+                    ttft_needed_rate,
                 )
                 if cap < floor_tokens
                 else None
@@ -356,11 +362,13 @@ class DeadlinePlan:
         margin: float,
         decode_s: float,
         floor_tokens: int,
-        cap: int,
+        budget: tuple[int, float],
         ttft_needed_rate: float | None = None,
     ) -> str | None:
-        """Why a step whose budget ``cap`` is under ``floor_tokens`` goes at the floor
+        """Why a step whose ``budget``, ``(tokens, token-context product)`` as
+        ``SlackModel.budget_tokens`` gives it, is under ``floor_tokens`` goes at the floor
         (``plan``), the first rule that holds; None where none does."""
+        cap, attention = budget
         if cap == 0 and self._lacks_slack(room_s, head, margin):
             return FLOOR_NO_SLACK
         if self.objective_lost():
@@ -368,9 +376,7 @@ class DeadlinePlan:
         if self._end_lacks_slack(room_s, head, margin, decode_s, floor_tokens):
             return FLOOR_END
         if cap and ttft_needed_rate:
-            step_s = (
-                decode_s + self.slack.increment_s(cap, cap * (head[0] + cap / 2)) + self.host_s()
-            )
+            step_s = decode_s + self.slack.increment_s(cap, attention) + self.host_s()
             if step_s > 0 and cap / step_s < ttft_needed_rate:
                 return FLOOR_TTFT
         return None
