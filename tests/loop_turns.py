@@ -14,3 +14,15 @@ async def until(done: Callable[[], bool], max_turns: int = 1000) -> None:
             return
         await asyncio.sleep(0)
     raise AssertionError(f"not reached within {max_turns} loop turns")
+
+
+async def until_thread(done: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    """Yield to the loop until ``done()`` holds, for a state another thread reaches (a
+    tokenizer in the loop's executor): loop turns cannot bound a thread the OS has not yet
+    scheduled, so this polls, failing only past a long guard that times nothing."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not done():
+        if loop.time() > deadline:
+            raise AssertionError(f"not reached within {timeout_s} s")
+        await asyncio.sleep(0.005)
