@@ -18,6 +18,8 @@ import pytest
 from bench.episodes.loop import balanced_order
 from bench.episodes.run import (
     EpisodeRecord,
+    EpisodeShape,
+    episode_offsets,
     read_record,
     read_records,
     record_path,
@@ -52,6 +54,8 @@ def _args(fake: FakeOpenAIServer, results: Path, *extra: str) -> list[str]:
         "long,short",
         "--offsets",
         "0,0.05",
+        "--offset-jitter-s",
+        "0.05",
         "--arms",
         ",".join(ARMS),
         "--itl-slo-ms",
@@ -83,6 +87,7 @@ def test_every_arm_replays_the_same_episode_in_a_rotated_order(
     records = read_records(tmp_path)
     assert set(records) == set(ARMS) and all(len(r) == 3 for r in records.values())
     sent = _prompts_by_nonce(fake_server)
+    jitters: set[tuple[float, ...]] = set()
     for episode in range(3):
         runs = {arm: records[arm][episode] for arm in ARMS}
         # The same prompts in every arm, each arm with its own nonce.
@@ -98,12 +103,22 @@ def test_every_arm_replays_the_same_episode_in_a_rotated_order(
             assert [a.kind for a in run.arrivals] == ["long", "short"]
             assert run.lead_start_s is not None and run.window_start_s is not None
             sends = [(a.send_s or 0.0) - run.lead_start_s - 0.15 for a in run.arrivals]
-            assert sends == pytest.approx([0.0, 0.05], abs=0.03)
+            planned = [a.scheduled_s - run.lead_start_s - 0.15 for a in run.arrivals]
+            assert sends == pytest.approx(planned, abs=0.03)
+            assert 0.0 <= planned[0] < 0.05 <= planned[1] < 0.1  # jittered, in order
             assert all(d.status == "ok" and d.chunk_s for d in run.decoders)
             assert (run.cut_s or 0.0) >= (run.window_end_s or 0.0) + 0.05
+        # Every arm sends the episode's arrivals at the same offsets.
+        offsets = {
+            arm: tuple(round(a.scheduled_s - (r.lead_start_s or 0.0), 9) for a in r.arrivals)
+            for arm, r in runs.items()
+        }
+        assert len(set(offsets.values())) == 1, offsets
+        jitters.add(offsets["off"])
     positions = {arm: {records[arm][e].position for e in range(3)} for arm in ARMS}
     assert all(p == {0, 1, 2} for p in positions.values()), positions
-    # Episodes differ from each other.
+    # Episodes differ from each other, in their prompts and their arrival times.
+    assert len(jitters) == 3
     assert len({tuple(sorted(sent[records["off"][e].nonce])) for e in range(3)}) == 3
     # Each run keeps the scheduler steps polled while it ran, none twice.
     first_steps = []
@@ -173,6 +188,19 @@ def test_the_default_arms_place_the_sentinel_apart_and_reach_the_largest_cap() -
         check_arm_names(["off", "fixed-12"], cpu)
     with pytest.raises(ValueError, match="once"):
         check_arm_names(["off", "off"], cpu)
+
+
+def test_arrival_offsets_are_jittered_by_the_seed_and_keep_their_order() -> None:
+    shape = EpisodeShape()
+    offsets = [episode_offsets(shape, seed) for seed in range(200)]
+    assert episode_offsets(shape, 7) == offsets[7]  # the seed's alone: every arm alike
+    for base, jitter in zip(shape.offsets_s, zip(*offsets, strict=True), strict=True):
+        moves = [o - base for o in jitter]
+        assert 0.0 <= min(moves) < 0.05 and 0.45 < max(moves) < 0.5  # the whole range
+    assert all(list(o) == sorted(o) for o in offsets)
+    with pytest.raises(ValueError, match="smallest gap"):
+        EpisodeShape(offsets_s=(0.0, 0.2), arrival_kinds=("long", "short"), offset_jitter_s=0.3)
+    assert episode_offsets(EpisodeShape(offset_jitter_s=0.0), 3) == shape.offsets_s
 
 
 def test_the_tight_objective_rounds_down_and_keeps_its_floor() -> None:

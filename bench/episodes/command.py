@@ -139,6 +139,7 @@ def _runs(args: argparse.Namespace, prepared: dict[str, Any]) -> list[EpisodeRun
         num_decoders=args.decoders or DEFAULT_DECODERS,
         arrival_kinds=tuple(args.kinds.split(",")),
         offsets_s=tuple(float(x) for x in args.offsets.split(",")),
+        offset_jitter_s=args.offset_jitter_s,
         long_tokens=prepared["long_tokens"],
         arrival_max_tokens=args.max_tokens,
         decoder_max_tokens=prepared["decoder_max_tokens"],
@@ -257,6 +258,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument("--kinds", default="long,short,long,short", help="the arrivals, in order")
     p.add_argument("--offsets", default="0,0.5,1.5,2", help="their send offsets, s")
+    p.add_argument(
+        "--offset-jitter-s",
+        type=float,
+        default=0.5,
+        help="each offset moves later by a uniform draw below this, from the episode's seed "
+        "(every arm alike); at most the smallest gap between offsets (0.5)",
+    )
     p.add_argument("--max-tokens", type=int, default=8, help="tokens per arrival (8)")
     p.add_argument(
         "--lead-s", type=float, default=1.0, help="decoding alone before the arrivals, s (1)"

@@ -30,6 +30,7 @@ from bench.episodes.run import (
     EpisodeRecord,
     EpisodeShape,
     Prompt,
+    episode_offsets,
     episode_prompts,
     read_record,
     record_path,
@@ -175,6 +176,7 @@ async def run_episodes(run: EpisodeRun, baseline: dict[str, Any], counter: Token
         try:
             for episode in range(run.num_episodes):
                 prompts = episode_prompts(run.shape, EPISODE_SEED_BASE + episode, counter)
+                offsets = episode_offsets(run.shape, EPISODE_SEED_BASE + episode)
                 arms = episode_order(run.arms, episode, str(plan["order"]))
                 for position, arm in enumerate(arms):
                     done += 1
@@ -182,7 +184,7 @@ async def run_episodes(run: EpisodeRun, baseline: dict[str, Any], counter: Token
                     if path.exists() and read_record(path).error is None:
                         continue  # a failed run is run again
                     record, steps = await _run_one(
-                        http, run, baseline, arm, episode, position, prompts
+                        http, run, baseline, arm, episode, position, (prompts, offsets)
                     )
                     write_steps(steps_path(run.results_dir, episode, arm.name), steps)
                     write_record(path, record)
@@ -207,9 +209,10 @@ async def _run_one(
     arm: Arm,
     episode: int,
     position: int,
-    prompts: list[Prompt],
+    sent: tuple[list[Prompt], tuple[float, ...]],
 ) -> tuple[EpisodeRecord, list[dict[str, Any]]]:
-    """The arm's run of the episode, and the scheduler steps it took."""
+    """The arm's run of the episode (its prompts and arrival offsets, ``sent``), and the
+    scheduler steps it took."""
     base_url = run.client.base_url
     await wait_ready(http, base_url, run.client.api_key, run.ready_timeout_s)
     await wait_drained(http, base_url)
@@ -231,7 +234,7 @@ async def _run_one(
     await steps.start()
     polling = asyncio.create_task(steps.run())
     try:
-        record = await run_episode(http, run.client, run.shape, prompts, record)
+        record = await run_episode(http, run.client, run.shape, *sent, record)
     finally:
         steps.stop()
         await polling

@@ -1,8 +1,9 @@
 """One interference episode against a running gateway, and what it records.
 
 An episode: ``D`` decoding streams start; once every one has its first token
-and a lead has passed, the arrivals (long and short prompts) are sent at fixed
-offsets. The decoding streams run until the last arrival's first token plus a
+and a lead has passed, the arrivals (long and short prompts) are sent at their
+offsets, each moved later by a draw of the episode's seed (``offset_jitter_s``).
+The decoding streams run until the last arrival's first token plus a
 tail, then disconnect (the gateway aborts them). The *interference window* runs
 from the first arrival's send to the last arrival's first token; the lead,
 when only decoding runs, gives the episode's lone-decode step.
@@ -18,6 +19,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import math
 import random
 import statistics
 import time
@@ -46,6 +48,11 @@ class EpisodeShape:
     arrival_kinds: tuple[str, ...] = ("long", "short", "long", "short")
     offsets_s: tuple[float, ...] = (0.0, 0.5, 1.5, 2.0)
     """Send times of the arrivals, after the lead, in the order of ``arrival_kinds``."""
+    offset_jitter_s: float = 0.5
+    """Each offset moves later by a uniform draw below this, from the episode's seed (every
+    arm alike): at fixed offsets an arrival meets the same point of an arm's step in every
+    episode (its steps' lengths repeat), and its TTFT measures that phase, not the arm.
+    At most the smallest gap between offsets, so the arrivals keep their order."""
     long_tokens: int = 3000
     """Length of every long prompt, by the harness's token counter (sized at the start)."""
     short_min_words: int = 10
@@ -65,6 +72,12 @@ class EpisodeShape:
             raise ValueError(f"arrival kinds are long or short, got {self.arrival_kinds}")
         if min(self.offsets_s) < 0 or list(self.offsets_s) != sorted(self.offsets_s):
             raise ValueError(f"offsets must be >= 0 and ascending, got {self.offsets_s}")
+        gaps = [b - a for a, b in zip(self.offsets_s, self.offsets_s[1:], strict=False)]
+        if not 0 <= self.offset_jitter_s <= min(gaps, default=math.inf):
+            raise ValueError(
+                f"offset jitter must be >= 0 and at most the smallest gap between offsets "
+                f"({min(gaps, default=math.inf):g} s), got {self.offset_jitter_s:g}"
+            )
         if not 1 <= self.short_min_words <= self.short_max_words:
             raise ValueError("need 1 <= short_min_words <= short_max_words")
 
@@ -102,6 +115,13 @@ def episode_prompts(shape: EpisodeShape, seed: int, counter: TokenCounter) -> li
             text = short_prompt(rng, shape.short_min_words, shape.short_max_words)
         prompts.append(Prompt(kind, text))
     return prompts
+
+
+def episode_offsets(shape: EpisodeShape, seed: int) -> tuple[float, ...]:
+    """The arrivals' send offsets in the episode of ``seed``: ``offsets_s``, each moved later
+    by a uniform draw below ``offset_jitter_s``; a function of the seed alone."""
+    rng = random.Random(f"episode-offsets:{seed}")
+    return tuple(offset + rng.uniform(0.0, shape.offset_jitter_s) for offset in shape.offsets_s)
 
 
 def prompts_digest(prompts: list[Prompt]) -> str:
@@ -197,10 +217,12 @@ async def run_episode(
     client: ClientSettings,
     shape: EpisodeShape,
     prompts: list[Prompt],
+    offsets_s: tuple[float, ...],
     record: EpisodeRecord,
     first_token_timeout_s: float = 600.0,
 ) -> EpisodeRecord:
-    """Run the episode once, as ``record``'s arm (already switched in); fills ``record``."""
+    """Run the episode once, as ``record``'s arm (already switched in), sending the
+    arrivals at ``offsets_s`` (``episode_offsets``) after the lead; fills ``record``."""
     decoder_client = replace(client, max_tokens=shape.decoder_max_tokens)
     arrival_client = replace(client, max_tokens=shape.arrival_max_tokens)
     decoder_prompts = [p for p in prompts if p.kind == "decoder"]
@@ -208,9 +230,7 @@ async def run_episode(
     record.decoders = _records(
         decoder_prompts, record.nonce, shape.decoder_max_tokens, (0.0,) * len(decoder_prompts)
     )
-    record.arrivals = _records(
-        arrival_prompts, record.nonce, shape.arrival_max_tokens, shape.offsets_s
-    )
+    record.arrivals = _records(arrival_prompts, record.nonce, shape.arrival_max_tokens, offsets_s)
     record.prompts_sha256 = prompts_digest(prompts)
     t0 = time.perf_counter()
     decoders = [
