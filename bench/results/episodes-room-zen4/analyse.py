@@ -3,7 +3,11 @@ in episodes folders (this one by default). Per condition and episode: the median
 tokens of its steps with decodes and candidates (the steps the deadline plan sized), how
 many of them were floor steps and by which rule (``floor_reason``, where the step logs
 have it), and how many of its deadline steps ended past their deadline. Run from the
-repository root: .venv/bin/python bench/results/episodes-room-zen4/analyse.py [FOLDER ...]"""
+repository root: .venv/bin/python bench/results/episodes-room-zen4/analyse.py [FOLDER ...]
+
+Where an arm's step logs are kept, also the step in flight when each short arrival was
+sent: how long it ran, how much of it was left, and how often the arrival came within
+its first ``EARLY_SHARE`` (the phase an arrival meets at a fixed offset)."""
 
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 FOLDER = Path(__file__).resolve().parent
+EARLY_SHARE = 0.15
+"""An arrival sent within this share of the step in flight waits for nearly all of it."""
 
 
 def _load(path: Path) -> Any:
@@ -74,11 +80,55 @@ def longest_ttft_table(folder: Path) -> None:
         print(f"- {condition}: {arms}")
 
 
+def _ms(values: list[float]) -> str:
+    """The median of ``values`` in ms, with their range."""
+    low, mid, high = (1000 * f(values) for f in (min, statistics.median, max))
+    return f"{mid:.0f} ({low:.0f}-{high:.0f})"
+
+
+def short_arrivals_table(folder: Path) -> None:
+    print(f"## {folder.name}: short arrivals and the step in flight when each was sent, ms")
+    print(
+        "| condition | arm | short arrivals | TTFT | step in flight | left of it "
+        f"| sent in its first {100 * EARLY_SHARE:.0f}% |"
+    )
+    print("| --- | --- | ---: | --- | --- | --- | ---: |")
+    for steps_path in sorted(folder.glob("*/steps/episode-0/*.json.gz")):
+        condition, arm = steps_path.parts[-4], steps_path.name.removesuffix(".json.gz")
+        ttft, step, left = [], [], []
+        for path in sorted(folder.glob(f"{condition}/steps/episode-*/{arm}.json.gz")):
+            record_path = folder / condition / "records" / path.parts[-2] / path.name
+            if not record_path.exists():
+                continue
+            record = _load(record_path)
+            t0 = record["started_unix_s"]
+            ends = sorted(s["done_unix_s"] - t0 for s in _load(path)["steps"])
+            for arrival in record["arrivals"]:
+                sent = arrival["send_s"]
+                if arrival["kind"] != "short" or not arrival.get("chunk_s"):
+                    continue
+                before = [e for e in ends if e <= sent]
+                after = [e for e in ends if e > sent]
+                if not before or not after:
+                    continue
+                ttft.append(arrival["chunk_s"][0] - sent)
+                step.append(after[0] - before[-1])
+                left.append(after[0] - sent)
+        if ttft:
+            early = sum(1 for s, rest in zip(step, left, strict=True) if s - rest < EARLY_SHARE * s)
+            print(
+                f"| {condition} | {arm} | {len(ttft)} | {_ms(ttft)} | {_ms(step)} "
+                f"| {_ms(left)} | {early} |"
+            )
+
+
 def main() -> None:
     for folder in [Path(a) for a in sys.argv[1:]] or [FOLDER]:
         steps_table(folder)
         print()
         longest_ttft_table(folder)
+        print()
+        short_arrivals_table(folder)
         print()
 
 
