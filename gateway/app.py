@@ -28,6 +28,7 @@ from gateway.middleware import (
 from gateway.routes import admin, dashboard, health, openai
 from gateway.serving_status import ServingStatus
 from gateway.settings import Settings
+from gateway.startup_heap import freeze_startup_heap
 from gateway.state import DLFPInForce, GatewayState, serves_shortest_first
 from gateway.stored_responses import build_store
 from gateway.telemetry import poll_controller, set_controller_target
@@ -39,13 +40,15 @@ logger = logging.getLogger("dlfp.gateway")
 
 
 async def _start_engine(state: GatewayState) -> None:
-    """Starts the engine, then reads its start-up fit: ``/ready`` turns 200 after both."""
+    """Starts the engine, reads its start-up fit, then freezes the start-up heap
+    (``startup_heap``): ``/ready`` turns 200 after all three."""
     serving = state.serving
     serving.engine_starting = True
     try:
         await state.engine.start()
         if state.settings.startup_fit_s > 0:
             await _take_startup_prior(state)
+        freeze_startup_heap()  # before the first stream, which it would stall
     except Exception as exc:  # a failed start must show in /ready, not kill the server
         serving.engine_error = f"{type(exc).__name__}: {exc}"
         logger.exception("engine failed to start", extra={"event": "engine_start_failed"})
