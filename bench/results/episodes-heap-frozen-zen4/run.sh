@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# A second run of episodes-jitter-zen4's design on the current tree: the same scheduler,
+# the arrivals' offsets drawn by episode (--offset-jitter-s 0.5, the default), and the
+# gateway's start-up heap frozen out of the garbage collector's reach once the engine has
+# started (gateway/startup_heap.py). Every condition of the design's aims: 500 ms with 2
+# streams (10 episodes) and 8 streams against fixed-128; 90 ms with 2 and 8 streams, and
+# 60 ms with 8, against fixed-8 and fixed-16; 8 episodes where not said; the arms in a
+# balanced (Williams) order, each run's scheduler steps kept (steps/). Sizing and
+# conditions are episodes-slack-zen4's (same machine). Run from the repository root, with
+# nothing else running: bench/results/episodes-heap-frozen-zen4/run.sh. Resumes where it
+# stopped. Per-episode floor rules, late steps, the longest TTFTs and the step in flight
+# when each short arrival was sent:
+# .venv/bin/python bench/results/episodes-room-zen4/analyse.py bench/results/episodes-heap-frozen-zen4
+# (analysis.md).
+set -euo pipefail
+OUT=bench/results/episodes-heap-frozen-zen4
+SIBLING=bench/results/episodes-slack-zen4
+PY=${PY:-.venv/bin/python}
+PORT=${PORT:-8000}
+TOKEN=bench-admin
+TOK=${TOK:-${XDG_CACHE_HOME:-$HOME/.cache}/dlfp-gateway/models/smollm2-135m-instruct-v3}
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+mkdir -p "$OUT"
+cp -n "$SIBLING/sizing.json" "$SIBLING/conditions.json" "$OUT/"
+begin_gateway_run
+THIN=fixed-8,fixed-16,dlfp-ct
+run_episodes slo500-d2 fixed-128,dlfp-ct 10
+run_episodes slo500-d8 fixed-128,dlfp-ct 8
+run_episodes slo90-d2,slo90-d8 "$THIN" 8
+run_episodes slo60-d8-thin "$THIN" 8
+end_gateway_run
