@@ -11,7 +11,9 @@
 # stopped. Per-episode floor rules, late steps, the longest TTFTs and the step in flight
 # when each short arrival was sent:
 # .venv/bin/python bench/results/episodes-room-zen4/analyse.py bench/results/episodes-heap-frozen-zen4
-# (analysis.md).
+# (analysis.md). The static arms' step logs at 90 and 60 ms
+# (steps/episode-<e>/fixed-<n>.json.gz) were dropped to keep bench/results under 25 MB:
+# recover them with git checkout 6aa6c733 -- bench/results/episodes-heap-frozen-zen4
 set -euo pipefail
 OUT=bench/results/episodes-heap-frozen-zen4
 SIBLING=bench/results/episodes-slack-zen4

@@ -12,8 +12,9 @@
 # stopped. Per-episode floor rules, late steps and the longest TTFTs:
 # .venv/bin/python bench/results/episodes-room-zen4/analyse.py bench/results/episodes-jitter-zen4
 # (analysis.md). The static arms' step logs at 90 and 60 ms
-# (steps/episode-<e>/fixed-<n>.json.gz) were dropped to keep bench/results under 25 MB:
-# recover them with git checkout 0d652c99 -- bench/results/episodes-jitter-zen4
+# (steps/episode-<e>/fixed-<n>.json.gz), then dlfp-ct's at 90 ms, were dropped to keep
+# bench/results under 25 MB: recover them with
+# git checkout 0d652c99 -- bench/results/episodes-jitter-zen4
 set -euo pipefail
 OUT=bench/results/episodes-jitter-zen4
 SIBLING=bench/results/episodes-slack-zen4

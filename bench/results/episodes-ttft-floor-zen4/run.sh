@@ -10,7 +10,8 @@
 # Per-episode floor rules, late steps and the longest TTFTs:
 # .venv/bin/python bench/results/episodes-room-zen4/analyse.py bench/results/episodes-ttft-floor-zen4
 # (analysis.md). The static arms' step logs (steps/episode-<e>/fixed-<n>.json.gz) were
-# dropped to keep bench/results under 25 MB: recover them with
+# dropped to keep bench/results under 25 MB (then its records, every step log and its
+# gateway log: DROPPED.md): recover them with
 # git checkout 742aaa6 -- bench/results/episodes-ttft-floor-zen4
 set -euo pipefail
 OUT=bench/results/episodes-ttft-floor-zen4
