@@ -39,16 +39,17 @@ from gateway.ttft_estimate import StartupPrior
 logger = logging.getLogger("dlfp.gateway")
 
 
-async def _start_engine(state: GatewayState) -> None:
-    """Starts the engine, reads its start-up fit, then freezes the start-up heap
-    (``startup_heap``): ``/ready`` turns 200 after all three."""
+async def _start_engine(state: GatewayState, freeze_heap: bool) -> None:
+    """Starts the engine, reads its start-up fit, then with ``freeze_heap`` freezes the
+    start-up heap (``startup_heap``): ``/ready`` turns 200 after all three."""
     serving = state.serving
     serving.engine_starting = True
     try:
         await state.engine.start()
         if state.settings.startup_fit_s > 0:
             await _take_startup_prior(state)
-        freeze_startup_heap()  # before the first stream, which it would stall
+        if freeze_heap:
+            freeze_startup_heap()  # before the first stream, which it would stall
     except Exception as exc:  # a failed start must show in /ready, not kill the server
         serving.engine_error = f"{type(exc).__name__}: {exc}"
         logger.exception("engine failed to start", extra={"event": "engine_start_failed"})
@@ -80,10 +81,13 @@ def create_app(
     engine: Engine,
     dlfp: DLFPConfig,
     metrics: GatewayMetrics | None = None,
+    freeze_heap: bool = True,
 ) -> FastAPI:
     """The gateway: starts ``engine`` in the background and stops it with the app.
     ``dlfp`` is the controller's settings at start, for the engine's device
-    (``Settings.dlfp_config``)."""
+    (``Settings.dlfp_config``). ``freeze_heap`` freezes the process's start-up heap once
+    the engine has started (``startup_heap``): off only where one process starts many
+    apps (the HTTP tests), whose later garbage it would keep."""
     tenants = settings.tenants()
     dlfp_in_force = DLFPInForce(dlfp)
     admission = Admission(
@@ -123,7 +127,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        starter = asyncio.create_task(_start_engine(state))
+        starter = asyncio.create_task(_start_engine(state, freeze_heap))
         poller = asyncio.create_task(
             poll_controller(engine, state.metrics, on_zero_prefill_share=admission_share)
         )

@@ -18,15 +18,18 @@ from gateway.settings import Settings
 from tests.fakes import FakeEngine
 
 
-def fake_app(settings: Settings, engine: FakeEngine) -> FastAPI:
-    """The app on the FAKE engine, which stands for a CPU engine: the CPU defaults."""
-    return create_app(settings, engine, settings.dlfp_config("cpu"))
+def fake_app(settings: Settings, engine: FakeEngine, freeze_heap: bool = False) -> FastAPI:
+    """The app on the FAKE engine, which stands for a CPU engine: the CPU defaults. The
+    start-up heap is left unfrozen unless asked: this process starts many apps."""
+    return create_app(settings, engine, settings.dlfp_config("cpu"), freeze_heap=freeze_heap)
 
 
 @asynccontextmanager
-async def running_app(engine: FakeEngine, **settings: Any) -> AsyncIterator[FastAPI]:
+async def running_app(
+    engine: FakeEngine, freeze_heap: bool = False, **settings: Any
+) -> AsyncIterator[FastAPI]:
     """The app on ``engine`` with its lifespan running and the engine started."""
-    app = fake_app(Settings(_env_file=None, **settings), engine)  # type: ignore[call-arg]
+    app = fake_app(Settings(_env_file=None, **settings), engine, freeze_heap)  # type: ignore[call-arg]
     async with app.router.lifespan_context(app):
         await app.state.engine_starter
         yield app

@@ -1,5 +1,6 @@
-"""Waiting on the event loop by turns, not by time: a quick-tier test that needs other
-tasks to reach a state yields until they have, instead of sleeping and hoping."""
+"""Waiting on the event loop for other tasks, not sleeping and hoping: by loop turns for a
+state the loop's own tasks reach (``until``), by a polled guard that times nothing for one
+a thread reaches (``until_thread``)."""
 
 from __future__ import annotations
 

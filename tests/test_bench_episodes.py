@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from collections import defaultdict
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-from bench.episodes.loop import balanced_order
+from bench.episodes.loop import _check_plan, balanced_order
 from bench.episodes.run import (
     EpisodeRecord,
     EpisodeShape,
@@ -201,6 +203,23 @@ def test_arrival_offsets_are_jittered_by_the_seed_and_keep_their_order() -> None
     with pytest.raises(ValueError, match="smallest gap"):
         EpisodeShape(offsets_s=(0.0, 0.2), arrival_kinds=("long", "short"), offset_jitter_s=0.3)
     assert episode_offsets(EpisodeShape(offset_jitter_s=0.0), 3) == shape.offsets_s
+    with pytest.raises(ValueError, match="finite"):
+        EpisodeShape(offsets_s=(0.0,), arrival_kinds=("long",), offset_jitter_s=math.inf)
+    with pytest.raises(ValueError, match="smallest gap"):  # equal offsets: no draw
+        EpisodeShape(offsets_s=(0.0, 0.0), arrival_kinds=("long", "short"))
+
+
+def test_a_folder_recorded_at_fixed_offsets_resumes_only_at_fixed_offsets(
+    tmp_path: Path,
+) -> None:
+    plan = {"shape": asdict(EpisodeShape()), "order": "balanced", "counter": "c"}
+    old = json.loads(json.dumps(plan))
+    del old["shape"]["offset_jitter_s"]  # written before the draw
+    (tmp_path / "episodes.json").write_text(json.dumps(old))
+    with pytest.raises(ValueError, match="shape"):
+        _check_plan(tmp_path / "episodes.json", plan)
+    fixed = plan | {"shape": asdict(EpisodeShape(offset_jitter_s=0.0))}
+    assert _check_plan(tmp_path / "episodes.json", fixed)["shape"]["offset_jitter_s"] == 0.0
 
 
 def test_the_tight_objective_rounds_down_and_keeps_its_floor() -> None:

@@ -26,7 +26,7 @@ async def test_the_start_up_heap_is_frozen_before_the_gateway_is_ready(
     assert id(made_at_start) in _tracked_ids()
     try:
         with caplog.at_level(logging.INFO, logger="dlfp.gateway"):
-            async with running_app(FakeEngine()) as app:
+            async with running_app(FakeEngine(), freeze_heap=True) as app:
                 assert app.state.gateway.serving.is_ready
                 assert gc.get_freeze_count() > 0
                 made_while_serving = [object()]
@@ -34,6 +34,6 @@ async def test_the_start_up_heap_is_frozen_before_the_gateway_is_ready(
                 assert id(made_at_start) not in tracked  # frozen: no collection walks it
                 assert id(made_while_serving) in tracked  # serving's garbage is still collected
         frozen = [r for r in caplog.records if getattr(r, "event", "") == "startup_heap_frozen"]
-        assert len(frozen) == 1 and frozen[0].objects > 0
+        assert len(frozen) == 1 and frozen[0].__dict__["objects"] > 0
     finally:
         gc.unfreeze()

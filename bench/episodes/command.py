@@ -263,7 +263,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         type=float,
         default=0.5,
         help="each offset moves later by a uniform draw below this, from the episode's seed "
-        "(every arm alike); at most the smallest gap between offsets (0.5)",
+        "(every arm alike); at most the smallest gap between offsets, 0 where two are equal "
+        "(default 0.5)",
     )
     p.add_argument("--max-tokens", type=int, default=8, help="tokens per arrival (8)")
     p.add_argument(

@@ -117,6 +117,7 @@ def _check_plan(path: Path, plan: dict[str, Any]) -> dict[str, Any]:
         saved.setdefault("order", "rotate")
         saved.setdefault("counter", plan["counter"])
         saved.setdefault("admission_patch", {})
+        saved.get("shape", {}).setdefault("offset_jitter_s", 0.0)  # fixed offsets before
         differing = sorted(k for k in plan if k != "order" and saved.get(k) != plan[k])
         if differing:
             raise ValueError(
@@ -184,7 +185,7 @@ async def run_episodes(run: EpisodeRun, baseline: dict[str, Any], counter: Token
                     if path.exists() and read_record(path).error is None:
                         continue  # a failed run is run again
                     record, steps = await _run_one(
-                        http, run, baseline, arm, episode, position, (prompts, offsets)
+                        http, run, baseline, arm, (episode, position), prompts, offsets
                     )
                     write_steps(steps_path(run.results_dir, episode, arm.name), steps)
                     write_record(path, record)
@@ -207,12 +208,13 @@ async def _run_one(
     run: EpisodeRun,
     baseline: dict[str, Any],
     arm: Arm,
-    episode: int,
-    position: int,
-    sent: tuple[list[Prompt], tuple[float, ...]],
+    at: tuple[int, int],
+    prompts: list[Prompt],
+    offsets_s: tuple[float, ...],
 ) -> tuple[EpisodeRecord, list[dict[str, Any]]]:
-    """The arm's run of the episode (its prompts and arrival offsets, ``sent``), and the
-    scheduler steps it took."""
+    """The arm's run of episode ``at[0]`` in position ``at[1]``, sending ``prompts`` with
+    the arrivals at ``offsets_s``, and the scheduler steps it took."""
+    episode, position = at
     base_url = run.client.base_url
     await wait_ready(http, base_url, run.client.api_key, run.ready_timeout_s)
     await wait_drained(http, base_url)
@@ -234,7 +236,7 @@ async def _run_one(
     await steps.start()
     polling = asyncio.create_task(steps.run())
     try:
-        record = await run_episode(http, run.client, run.shape, *sent, record)
+        record = await run_episode(http, run.client, run.shape, prompts, offsets_s, record)
     finally:
         steps.stop()
         await polling

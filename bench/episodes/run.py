@@ -52,7 +52,8 @@ class EpisodeShape:
     """Each offset moves later by a uniform draw below this, from the episode's seed (every
     arm alike): at fixed offsets an arrival meets the same point of an arm's step in every
     episode (its steps' lengths repeat), and its TTFT measures that phase, not the arm.
-    At most the smallest gap between offsets, so the arrivals keep their order."""
+    At most the smallest gap between offsets, so the arrivals keep their order (0 where
+    two offsets are equal)."""
     long_tokens: int = 3000
     """Length of every long prompt, by the harness's token counter (sized at the start)."""
     short_min_words: int = 10
@@ -73,9 +74,11 @@ class EpisodeShape:
         if min(self.offsets_s) < 0 or list(self.offsets_s) != sorted(self.offsets_s):
             raise ValueError(f"offsets must be >= 0 and ascending, got {self.offsets_s}")
         gaps = [b - a for a, b in zip(self.offsets_s, self.offsets_s[1:], strict=False)]
-        if not 0 <= self.offset_jitter_s <= min(gaps, default=math.inf):
+        if not 0 <= self.offset_jitter_s <= min(gaps, default=math.inf) or not math.isfinite(
+            self.offset_jitter_s
+        ):
             raise ValueError(
-                f"offset jitter must be >= 0 and at most the smallest gap between offsets "
+                f"offset jitter must be finite, >= 0 and at most the smallest gap between offsets "
                 f"({min(gaps, default=math.inf):g} s), got {self.offset_jitter_s:g}"
             )
         if not 1 <= self.short_min_words <= self.short_max_words:

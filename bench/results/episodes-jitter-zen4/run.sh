@@ -15,6 +15,7 @@
 # (steps/episode-<e>/fixed-<n>.json.gz), then dlfp-ct's at 90 ms, were dropped to keep
 # bench/results under 25 MB: recover them with
 # git checkout 0d652c99 -- bench/results/episodes-jitter-zen4
+# (analysis.md, made before, still has their rows; rerunning analyse.py now leaves them out).
 set -euo pipefail
 OUT=bench/results/episodes-jitter-zen4
 SIBLING=bench/results/episodes-slack-zen4
