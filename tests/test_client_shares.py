@@ -21,7 +21,7 @@ from gateway.admission import AdmissionLimits, AdmissionRejected, Reservation
 from gateway.client_shares import ClientShares
 from tests.fakes import FakeEngine
 from tests.http_helpers import fake_app, served_in_thread
-from tests.loop_turns import until, until_thread
+from tests.loop_turns import until, until_polled
 
 CHAT: Any = {"model": "fake-model", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]}
 
@@ -107,13 +107,13 @@ async def test_one_client_cannot_take_the_queue_from_another() -> None:
         held = [asyncio.create_task(hog.post("/v1/chat/completions", json=CHAT)) for _ in range(4)]
         admission = app.state.gateway.admission
         await until(lambda: admission.num_reserved_by("addr:10.0.0.1") == 4)
-        await until_thread(lambda: engine.num_tokenized == 1)  # the first holds the turn
+        await until_polled(lambda: engine.num_tokenized == 1)  # the first holds the turn
         refused = await hog.post("/v1/chat/completions", json=CHAT)
         assert refused.status_code == 429
         assert refused.json()["error"]["code"] == "client_share"
         assert engine.num_tokenized == 1  # one turn: the hog's others wait, doing nothing
         served = asyncio.create_task(other.post("/v1/chat/completions", json=CHAT))
-        await until_thread(lambda: engine.num_tokenized == 2)  # the other's turn: not queued
+        await until_polled(lambda: engine.num_tokenized == 2)  # the other's turn: not queued
         engine.tokenize_gate.set()
         assert (await served).status_code == 200
         assert [r.status_code for r in await asyncio.gather(*held)] == [200] * 4

@@ -19,6 +19,7 @@ from gateway import server
 from gateway.settings import SECRET_VARIABLES, Settings
 from tests.fakes import FakeEngine
 from tests.log_records import records_fixture  # noqa: F401 (the records fixture)
+from tests.loop_turns import until_polled
 
 Script = Callable[[server.GatewayServer, FakeEngine], Awaitable[None]]
 
@@ -29,14 +30,6 @@ class _StopCountsAsDeath(FakeEngine):
     async def shutdown(self) -> None:
         await super().shutdown()
         self.kill()
-
-
-async def _until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.01)
 
 
 def _serve(monkeypatch: pytest.MonkeyPatch, engine: FakeEngine, script: Script) -> int:
@@ -66,7 +59,7 @@ def _drain(sig: int, die: bool) -> Script:
 
     async def script(gateway: server.GatewayServer, engine: FakeEngine) -> None:
         state = gateway.state
-        await _until(lambda: engine.is_ready)
+        await until_polled(lambda: engine.is_ready, timeout_s=10.0)
         release = asyncio.Event()
         held = asyncio.Event()
 
@@ -78,7 +71,7 @@ def _drain(sig: int, die: bool) -> Script:
         holder = asyncio.create_task(hold())
         await held.wait()
         gateway.handle_exit(sig, None)
-        await _until(lambda: state.serving.draining)
+        await until_polled(lambda: state.serving.draining, timeout_s=10.0)
         if die:
             engine.kill()
         release.set()

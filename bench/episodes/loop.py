@@ -185,7 +185,7 @@ async def run_episodes(run: EpisodeRun, baseline: dict[str, Any], counter: Token
                     if path.exists() and read_record(path).error is None:
                         continue  # a failed run is run again
                     record, steps = await _run_one(
-                        http, run, baseline, arm, (episode, position), prompts, offsets
+                        http, run, baseline, arm, episode, position, prompts, offsets
                     )
                     write_steps(steps_path(run.results_dir, episode, arm.name), steps)
                     write_record(path, record)
@@ -208,13 +208,13 @@ async def _run_one(
     run: EpisodeRun,
     baseline: dict[str, Any],
     arm: Arm,
-    at: tuple[int, int],
+    episode: int,
+    position: int,
     prompts: list[Prompt],
     offsets_s: tuple[float, ...],
 ) -> tuple[EpisodeRecord, list[dict[str, Any]]]:
-    """The arm's run of episode ``at[0]`` in position ``at[1]``, sending ``prompts`` with
-    the arrivals at ``offsets_s``, and the scheduler steps it took."""
-    episode, position = at
+    """The arm's run of the episode, sending ``prompts`` with the arrivals at
+    ``offsets_s``, and the scheduler steps it took."""
     base_url = run.client.base_url
     await wait_ready(http, base_url, run.client.api_key, run.ready_timeout_s)
     await wait_drained(http, base_url)

@@ -74,12 +74,11 @@ class EpisodeShape:
         if min(self.offsets_s) < 0 or list(self.offsets_s) != sorted(self.offsets_s):
             raise ValueError(f"offsets must be >= 0 and ascending, got {self.offsets_s}")
         gaps = [b - a for a, b in zip(self.offsets_s, self.offsets_s[1:], strict=False)]
-        if not 0 <= self.offset_jitter_s <= min(gaps, default=math.inf) or not math.isfinite(
-            self.offset_jitter_s
-        ):
+        smallest_gap = min(gaps, default=math.inf)
+        if not (math.isfinite(self.offset_jitter_s) and 0 <= self.offset_jitter_s <= smallest_gap):
             raise ValueError(
                 f"offset jitter must be finite, >= 0 and at most the smallest gap between offsets "
-                f"({min(gaps, default=math.inf):g} s), got {self.offset_jitter_s:g}"
+                f"({smallest_gap:g} s), got {self.offset_jitter_s:g}"
             )
         if not 1 <= self.short_min_words <= self.short_max_words:
             raise ValueError("need 1 <= short_min_words <= short_max_words")

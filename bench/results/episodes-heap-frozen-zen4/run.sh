@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A second run of episodes-jitter-zen4's design on the current tree: the same scheduler,
+# A second run of episodes-jitter-zen4's design (commit in logs/commit.txt): the same scheduler,
 # the arrivals' offsets drawn by episode (--offset-jitter-s 0.5, the default), and the
 # gateway's start-up heap frozen out of the garbage collector's reach once the engine has
 # started (gateway/startup_heap.py). Every condition of the design's aims: 500 ms with 2
@@ -14,21 +14,6 @@
 # (analysis.md). The static arms' step logs at 90 and 60 ms
 # (steps/episode-<e>/fixed-<n>.json.gz) were dropped to keep bench/results under 25 MB:
 # recover them with git checkout 6aa6c733 -- bench/results/episodes-heap-frozen-zen4
+# The commands are episodes-jitter-zen4's, run into this folder.
 set -euo pipefail
-OUT=bench/results/episodes-heap-frozen-zen4
-SIBLING=bench/results/episodes-slack-zen4
-PY=${PY:-.venv/bin/python}
-PORT=${PORT:-8000}
-TOKEN=bench-admin
-TOK=${TOK:-${XDG_CACHE_HOME:-$HOME/.cache}/dlfp-gateway/models/smollm2-135m-instruct-v3}
-# shellcheck source=bench/lib.sh
-source bench/lib.sh
-mkdir -p "$OUT"
-cp -n "$SIBLING/sizing.json" "$SIBLING/conditions.json" "$OUT/"
-begin_gateway_run
-THIN=fixed-8,fixed-16,dlfp-ct
-run_episodes slo500-d2 fixed-128,dlfp-ct 10
-run_episodes slo500-d8 fixed-128,dlfp-ct 8
-run_episodes slo90-d2,slo90-d8 "$THIN" 8
-run_episodes slo60-d8-thin "$THIN" 8
-end_gateway_run
+OUT=bench/results/episodes-heap-frozen-zen4 exec bench/results/episodes-jitter-zen4/run.sh

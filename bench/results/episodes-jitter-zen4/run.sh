@@ -17,7 +17,7 @@
 # git checkout 0d652c99 -- bench/results/episodes-jitter-zen4
 # (analysis.md, made before, still has their rows; rerunning analyse.py now leaves them out).
 set -euo pipefail
-OUT=bench/results/episodes-jitter-zen4
+OUT=${OUT:-bench/results/episodes-jitter-zen4}  # episodes-heap-frozen-zen4 runs this too
 SIBLING=bench/results/episodes-slack-zen4
 PY=${PY:-.venv/bin/python}
 PORT=${PORT:-8000}
