@@ -332,3 +332,13 @@ def test_deadline_plan_adds_the_host_share_to_the_device_prediction() -> None:
     assert fast_host.num_late == 0, fast_host
     # Same model, same deadlines: the host's 150 ms comes out of the prefill.
     assert slow_host.num_prefill_tokens < 0.8 * fast_host.num_prefill_tokens, (slow_host, fast_host)
+
+
+def test_the_slack_rate_a_prompt_sees_counts_the_host_share() -> None:
+    # At-risk classification and the floor for TTFT deadlines read one rate: tokens over
+    # the time a prompt waits for their step, the host's share included under device.
+    for host_s in (0.150, 0.0):
+        plan = serve_with_host(host_s, num_steps=40).controller._deadline_plan
+        assert plan.host_s() == pytest.approx(host_s, abs=1e-6)
+        step_s = 0.2 + plan.slack.increment_s(100, 5e4) + host_s
+        assert plan._rate_tokens_per_s(100, 5e4, 0.2) == pytest.approx(100 / step_s)

@@ -101,7 +101,8 @@ class DeadlinePlan:
         self.num_zero_prefill_steps = 0
         self.num_floor_steps = 0
         self.slack_rate_tokens_per_s: float | None = None
-        """Prefill tokens a second at the latest deadline-bound step's budget."""
+        """Prefill tokens a second at the latest deadline-bound step's budget, in the time
+        a prompt waits for its steps (``_rate_tokens_per_s``)."""
         self.is_under_floor = False
         """Whether the latest planned step's slack budget was under ``min_cap_tokens``
         (the scheduler then reads the rate its prompts' TTFT deadlines need)."""
@@ -314,8 +315,7 @@ class DeadlinePlan:
             if floor_reason is not None:
                 cap, attention = floor_tokens, 0.0
                 self.num_floor_steps += 1
-            step_s = decode_s + self.slack.increment_s(cap, attention)
-            self.slack_rate_tokens_per_s = cap / step_s if step_s > 0 else 0.0
+            self.slack_rate_tokens_per_s = self._rate_tokens_per_s(cap, attention, decode_s)
             if floor_reason is not None:
                 return Deadline(
                     cap, deadline_s, margin, False, is_floor=True, floor_reason=floor_reason
@@ -376,10 +376,16 @@ class DeadlinePlan:
         if self._end_lacks_slack(room_s, head, margin, decode_s, floor_tokens):
             return FLOOR_END
         if cap and ttft_needed_rate:
-            step_s = decode_s + self.slack.increment_s(cap, attention) + self.host_s()
-            if step_s > 0 and cap / step_s < ttft_needed_rate:
-                return FLOOR_TTFT
+            rate = self._rate_tokens_per_s(cap, attention, decode_s)
+            return FLOOR_TTFT if rate < ttft_needed_rate else None
         return None
+
+    def _rate_tokens_per_s(self, tokens: int, attention: float, decode_s: float) -> float:
+        """The prefill rate of steps carrying ``tokens`` (token-context product
+        ``attention``) beside decodes of ``decode_s``, in the time a prompt waits for them:
+        ``R / (D + I(R) + host)``, the host's share included under ``device`` (0 else)."""
+        step_s = decode_s + self.slack.increment_s(tokens, attention) + self.host_s()
+        return tokens / step_s if step_s > 0 else 0.0
 
     def _lacks_slack(self, room_s: float, head: tuple[int, int], margin: float) -> bool:
         """Whether not one token of ``head`` (``(computed, remaining)``) fits ``room_s``, the
