@@ -147,6 +147,7 @@ def test_every_arm_replays_the_same_episode_in_a_rotated_order(
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["verdict"]["static_arms"] == ["fixed-16"]
     assert (tmp_path / "episodes-frontier.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "episodes-short-long.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_a_rerun_resumes_and_check_recomputes(

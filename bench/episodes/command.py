@@ -198,9 +198,10 @@ def analyse(folder: Path, check: bool, plots: bool) -> int:
         return checked(folder, summary)
     print(f"summary: {save_summary(folder, summary)}")
     if plots:
-        from bench.episodes.plots import episode_frontier
+        from bench.episodes.plots import episode_frontier, episode_prompt_classes
 
         print(f"plot: {episode_frontier(summary, folder)}")
+        print(f"plot: {episode_prompt_classes(summary, folder)}")
     return 0
 
 

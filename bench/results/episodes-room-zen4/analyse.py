@@ -7,7 +7,9 @@ repository root: .venv/bin/python bench/results/episodes-room-zen4/analyse.py [F
 
 Where an arm's step logs are kept, also the step in flight when each short arrival was
 sent: how long it ran, how much of it was left, and how often the arrival came within
-its first ``EARLY_SHARE`` (the phase an arrival meets at a fixed offset)."""
+its first ``EARLY_SHARE`` (the phase an arrival meets at a fixed offset); then what its
+first token took after that step (``after it``) and how many steps ended from its sending
+to its first token, the step in flight included (``steps``)."""
 
 from __future__ import annotations
 
@@ -90,12 +92,12 @@ def short_arrivals_table(folder: Path) -> None:
     print(f"## {folder.name}: short arrivals and the step in flight when each was sent, ms")
     print(
         "| condition | arm | short arrivals | TTFT | step in flight | left of it "
-        f"| sent in its first {100 * EARLY_SHARE:.0f}% |"
+        f"| sent in its first {100 * EARLY_SHARE:.0f}% | after it | steps |"
     )
-    print("| --- | --- | ---: | --- | --- | --- | ---: |")
+    print("| --- | --- | ---: | --- | --- | --- | ---: | --- | --- |")
     for steps_path in sorted(folder.glob("*/steps/episode-0/*.json.gz")):
         condition, arm = steps_path.parts[-4], steps_path.name.removesuffix(".json.gz")
-        ttft, step, left = [], [], []
+        ttft, step, left, waited = [], [], [], []
         for path in sorted(folder.glob(f"{condition}/steps/episode-*/{arm}.json.gz")):
             record_path = folder / condition / "records" / path.parts[-2] / path.name
             if not record_path.exists():
@@ -111,14 +113,18 @@ def short_arrivals_table(folder: Path) -> None:
                 after = [e for e in ends if e > sent]
                 if not before or not after:
                     continue
-                ttft.append(arrival["chunk_s"][0] - sent)
+                first_s = arrival["chunk_s"][0]
+                ttft.append(first_s - sent)
                 step.append(after[0] - before[-1])
                 left.append(after[0] - sent)
+                waited.append(sum(1 for e in after if e <= first_s))
         if ttft:
             early = sum(1 for s, rest in zip(step, left, strict=True) if s - rest < EARLY_SHARE * s)
+            rest = [t - x for t, x in zip(ttft, left, strict=True)]
+            steps = f"{statistics.median(waited):g} ({min(waited)}-{max(waited)})"
             print(
                 f"| {condition} | {arm} | {len(ttft)} | {_ms(ttft)} | {_ms(step)} "
-                f"| {_ms(left)} | {early} |"
+                f"| {_ms(left)} | {early} | {_ms(rest)} | {steps} |"
             )
 
 
