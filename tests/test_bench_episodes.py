@@ -28,9 +28,10 @@ from bench.episodes.run import (
     steps_path,
     write_record,
 )
-from bench.episodes.setup import check_arm_names, conditions, default_arm_names
+from bench.episodes.setup import arm_patch, check_arm_names, conditions, default_arm_names
 from bench.episodes.stats import SENTINEL, summarize_episodes, window_gaps
 from bench.lib.records import RequestRecord, open_text
+from engine_worker.controller.params import CapParams
 from gateway.cli import main as gateway_main
 from tests.fake_openai_server import ADMIN_TOKEN, FakeOpenAIServer
 
@@ -191,6 +192,24 @@ def test_the_default_arms_place_the_sentinel_apart_and_reach_the_largest_cap() -
         check_arm_names(["off", "fixed-12"], cpu)
     with pytest.raises(ValueError, match="once"):
         check_arm_names(["off", "off"], cpu)
+    check_arm_names(["fixed-128", "dlfp-ct", "dlfp-ct-max-128"], cpu)
+    with pytest.raises(ValueError, match="outside"):
+        check_arm_names(["dlfp-ct-max-2048"], cpu)
+    with pytest.raises(ValueError, match="unknown arm"):
+        check_arm_names(["dlfp-ct-max-a"], cpu)
+
+
+def test_a_bounded_dlfp_ct_arm_sets_every_cap_within_its_bound() -> None:
+    patch = arm_patch("dlfp-ct-max-128", 500.0)
+    assert patch == {
+        "controller": "dlfp-ct",
+        "max_cap_tokens": 128,
+        "initial_cap_tokens": 128,
+        "fixed_cap_tokens": 128,
+        "itl_slo_ms": 500.0,
+    }
+    # Over the gateway's defaults (initial 256, fixed 128), the caps still validate.
+    CapParams(**{k: v for k, v in patch.items() if k != "controller"})
 
 
 def test_arrival_offsets_are_jittered_by_the_seed_and_keep_their_order() -> None:

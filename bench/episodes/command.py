@@ -280,8 +280,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument(
         "--arms",
-        help=f"comma-separated: off, fixed-<tokens>, dlfp, dlfp-ct, {SENTINEL} (default: off, "
-        "fixed at 8, 16, ... up to max_cap_tokens, dlfp, dlfp-ct and the sentinel)",
+        help=f"comma-separated: off, fixed-<tokens>, dlfp, dlfp-ct, dlfp-ct-max-<tokens> "
+        f"(dlfp-ct, each step's prefill at most <tokens>), dlfp-ct-target, {SENTINEL} "
+        "(default: off, fixed at 8, 16, ... up to max_cap_tokens, dlfp, dlfp-ct and the "
+        "sentinel)",
     )
     p.add_argument(
         "--itl-slo-ms",

@@ -31,6 +31,9 @@ from bench.lib.workload import RequestSpec, make_prompt
 
 TARGET_PLAN = "dlfp-ct-target"
 """The arm of ``dlfp-ct`` planning to a target instead of the streams' deadlines."""
+BOUNDED = "dlfp-ct-max-"
+"""``dlfp-ct-max-<tokens>``: ``dlfp-ct`` with every step's prefill bounded by ``<tokens>``
+(``max_cap_tokens``, and the initial and fixed caps within it)."""
 LEN_MARGIN = 64
 """Long prompts are capped at ``max_model_len`` minus this."""
 CAP_SHARE = 0.9
@@ -65,8 +68,9 @@ def check_arm_names(names: list[str], settings: dict[str, Any]) -> None:
     low, high, step = (int(settings[k]) for k in bounds) if known else (0, 0, 1)
     for name in names:
         arm_patch(name, None)  # refuses an unknown name
-        if known and name.startswith("fixed-"):
-            cap = int(name[6:])
+        prefix = next((p for p in ("fixed-", BOUNDED) if name.startswith(p)), None)
+        if known and prefix is not None:
+            cap = int(name.removeprefix(prefix))
             if not low <= cap <= high or cap % step:
                 raise ValueError(
                     f"--arms: {name} outside the gateway's caps (multiples of {step} "
@@ -87,8 +91,15 @@ def arm_patch(name: str, itl_slo_ms: float | None) -> dict[str, Any]:
         return {"controller": name} | extra
     if name == TARGET_PLAN:
         return {"controller": "dlfp-ct", "plan": "target"} | extra
+    if name.startswith(BOUNDED):
+        if not name.removeprefix(BOUNDED).isdigit():
+            raise ValueError(f"unknown arm {name!r}: {BOUNDED}<tokens>")
+        cap = int(name.removeprefix(BOUNDED))
+        bounds = {"max_cap_tokens": cap, "initial_cap_tokens": cap, "fixed_cap_tokens": cap}
+        return {"controller": "dlfp-ct"} | bounds | extra
     raise ValueError(
-        f"unknown arm {name!r}: off, fixed-<tokens>, dlfp, dlfp-ct, {TARGET_PLAN} or {SENTINEL}"
+        f"unknown arm {name!r}: off, fixed-<tokens>, dlfp, dlfp-ct, {BOUNDED}<tokens>, "
+        f"{TARGET_PLAN} or {SENTINEL}"
     )
 
 
