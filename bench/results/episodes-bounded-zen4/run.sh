@@ -10,7 +10,9 @@
 # with nothing else running: bench/results/episodes-bounded-zen4/run.sh. Resumes where it
 # stopped. The short arrivals against the step in flight:
 # .venv/bin/python bench/results/episodes-room-zen4/analyse.py bench/results/episodes-bounded-zen4
-# (analysis.md).
+# (analysis.md, made before the step logs and the gateway log were dropped to keep
+# bench/results under 25 MB: recover them with
+# git checkout fc73a930 -- bench/results/episodes-bounded-zen4).
 set -euo pipefail
 OUT=bench/results/episodes-bounded-zen4
 SIBLING=bench/results/episodes-slack-zen4
