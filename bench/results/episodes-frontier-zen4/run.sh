@@ -10,10 +10,9 @@
 # nothing else running: bench/results/episodes-frontier-zen4/run.sh. Resumes where it
 # stopped. The short arrivals against the step in flight:
 # .venv/bin/python bench/results/episodes-room-zen4/analyse.py bench/results/episodes-frontier-zen4
-# (analysis.md, made before the step logs were dropped to keep bench/results under 25 MB:
-# the static arms' but fixed-128's, recover them with
-# git checkout 0a088e86 -- bench/results/episodes-frontier-zen4; then the rest and the
-# gateway log, with git checkout fc73a930 -- bench/results/episodes-frontier-zen4).
+# (analysis.md, made before the step logs and the gateway log were dropped to keep
+# bench/results under 25 MB: recover them all with
+# git checkout 0a088e86 -- bench/results/episodes-frontier-zen4).
 set -euo pipefail
 OUT=bench/results/episodes-frontier-zen4
 SIBLING=bench/results/episodes-slack-zen4

@@ -14,8 +14,8 @@
 # (analysis.md). The static arms' step logs at 90 and 60 ms
 # (steps/episode-<e>/fixed-<n>.json.gz) were dropped to keep bench/results under 25 MB:
 # recover them with git checkout 6aa6c733 -- bench/results/episodes-heap-frozen-zen4
-# The other step logs and the gateway log were dropped later (analysis.md made before):
-# git checkout fc73a930 -- bench/results/episodes-heap-frozen-zen4
+# The other step logs and the gateway log were dropped later (analysis.md made before);
+# the same command recovers them.
 # The commands are episodes-jitter-zen4's, run into this folder.
 set -euo pipefail
 OUT=bench/results/episodes-heap-frozen-zen4 exec bench/results/episodes-jitter-zen4/run.sh
