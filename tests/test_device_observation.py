@@ -16,6 +16,7 @@ from engine_worker.contract.dlfp_config import Device, DLFPConfig, Observation, 
 from engine_worker.contract.step_ring import STEP_INDEX_ATTR, StepRing
 from engine_worker.controller.cap_controller import PrefillCapController
 from engine_worker.controller.cost_model import StepShape, chunk_attention
+from engine_worker.controller.deadline_plan import DeadlinePlan
 from engine_worker.controller.host_share import HostShareWindow
 from engine_worker.worker.device_timer import DeviceStepTimer, install
 from gateway.engine import build_engine
@@ -342,3 +343,20 @@ def test_the_slack_rate_a_prompt_sees_counts_the_host_share() -> None:
         assert plan.host_s() == pytest.approx(host_s, abs=1e-6)
         step_s = 0.2 + plan.slack.increment_s(100, 5e4) + host_s
         assert plan._rate_tokens_per_s(100, 5e4, 0.2) == pytest.approx(100 / step_s)
+
+
+def test_the_rate_the_scheduler_reads_is_that_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    # ``slack_rate_tokens_per_s``, which at-risk classification and the boost read, is the
+    # one rate of the latest planned step's budget.
+    returned: list[float] = []
+    rate_of = DeadlinePlan._rate_tokens_per_s
+
+    def spy(plan: DeadlinePlan, tokens: int, attention: float, decode_s: float) -> float:
+        returned.append(rate_of(plan, tokens, attention, decode_s))
+        return returned[-1]
+
+    monkeypatch.setattr(DeadlinePlan, "_rate_tokens_per_s", spy)
+    served = serve_with_host(0.150, num_steps=40)
+    plan = served.controller._deadline_plan
+    assert returned and plan.host_s() == pytest.approx(0.150, abs=1e-6)
+    assert served.controller.slack_rate_tokens_per_s() == returned[-1]
