@@ -60,22 +60,20 @@ def default_arm_names(settings: dict[str, Any]) -> list[str]:
 
 
 def check_arm_names(names: list[str], settings: dict[str, Any]) -> None:
-    """Refuse, before the first episode, duplicate arms and static caps the gateway would."""
+    """Refuse, before the first episode, duplicate arms and caps the gateway would (a
+    static arm's, a bounded one's: the ``fixed_cap_tokens`` its patch sets)."""
     if len(set(names)) != len(names):
         raise ValueError(f"--arms: each arm once, got {','.join(names)}")
     bounds = ("min_cap_tokens", "max_cap_tokens", "step_tokens")
     known = all(k in settings for k in bounds)  # an endpoint that states its caps
     low, high, step = (int(settings[k]) for k in bounds) if known else (0, 0, 1)
     for name in names:
-        arm_patch(name, None)  # refuses an unknown name
-        prefix = next((p for p in ("fixed-", BOUNDED) if name.startswith(p)), None)
-        if known and prefix is not None:
-            cap = int(name.removeprefix(prefix))
-            if not low <= cap <= high or cap % step:
-                raise ValueError(
-                    f"--arms: {name} outside the gateway's caps (multiples of {step} "
-                    f"within [{low}, {high}])"
-                )
+        cap = arm_patch(name, None).get("fixed_cap_tokens")  # refuses an unknown name
+        if known and cap is not None and (not low <= cap <= high or cap % step):
+            raise ValueError(
+                f"--arms: {name} outside the gateway's caps (multiples of {step} "
+                f"within [{low}, {high}])"
+            )
 
 
 def arm_patch(name: str, itl_slo_ms: float | None) -> dict[str, Any]:
