@@ -33,17 +33,13 @@ def episode_frontier(summary: dict[str, Any], out_dir: Path) -> Path:
     if line:
         ax.plot(*zip(*line, strict=True), color="0.6", linewidth=1, zorder=1, label="static caps")
     for arm, (ttft, p99) in points.items():
-        low, high = ttft.get("low"), ttft.get("high")
-        xerr = (
-            None if low is None else [[(ttft["mean"] - low) / 1000], [(high - ttft["mean"]) / 1000]]
-        )
         # NOTE: summaries written before the interval existed have no such key.
         gap = arms[arm].get("window_p99_gap_interval_ms")
         yerr = None if gap is None else [[p99 - gap["low"]], [gap["high"] - p99]]
         ax.errorbar(
             ttft["mean"] / 1000,
             p99,
-            xerr=xerr,
+            xerr=_interval_s(ttft),
             yerr=yerr,
             fmt=styles[arm]["marker"],
             color=styles[arm]["color"],
@@ -57,9 +53,7 @@ def episode_frontier(summary: dict[str, Any], out_dir: Path) -> Path:
     ax.set_ylabel("window P99 gap of the decoding streams, ms (95% bootstrap)")
     ax.set_yscale("log")
     ax.legend(fontsize="x-small", ncol=2)
-    host = host_label(out_dir) or host_label(out_dir.parent)
-    decoders = summary.get("plan", {}).get("shape", {}).get("num_decoders")
-    streams = f", {decoders} decoding streams" if decoders else ""
+    streams, host = _run_labels(summary, out_dir)
     ax.set_title(f"Interference episodes{streams}{host}", fontsize="small")
     return save_figure(fig, out_dir / "episodes-frontier.png")
 
@@ -106,15 +100,21 @@ def episode_prompt_classes(summary: dict[str, Any], out_dir: Path) -> Path:
     ax.set_xlabel("long prompts' mean TTFT, s (95% interval over episodes)")
     ax.set_ylabel("short prompts' mean TTFT, s (95% interval over episodes)")
     ax.legend(fontsize="x-small")
-    host = host_label(out_dir) or host_label(out_dir.parent)
-    decoders = summary.get("plan", {}).get("shape", {}).get("num_decoders")
-    streams = f", {decoders} decoding streams" if decoders else ""
+    streams, host = _run_labels(summary, out_dir)
     slo = summary["itl_slo_ms"]
     ax.set_title(
         f"Short against long prompts, ITL objective {slo:g} ms{streams}\n{host.strip()}",
         fontsize="small",
     )
     return save_figure(fig, out_dir / "episodes-short-long.png")
+
+
+def _run_labels(summary: dict[str, Any], out_dir: Path) -> tuple[str, str]:
+    """A title's ``, <n> decoding streams`` (from the plan) and `` (<host>)`` (from
+    ``host.json`` in ``out_dir`` or its parent); each empty where unknown."""
+    host = host_label(out_dir) or host_label(out_dir.parent)
+    decoders = summary.get("plan", {}).get("shape", {}).get("num_decoders")
+    return (f", {decoders} decoding streams" if decoders else ""), host
 
 
 def _interval_s(estimate: dict[str, Any]) -> list[list[float]] | None:
