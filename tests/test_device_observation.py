@@ -342,17 +342,22 @@ def test_the_slack_rate_a_prompt_sees_counts_the_host_share() -> None:
         plan = serve_with_host(host_s, num_steps=40).controller._deadline_plan
         assert plan.host_s() == pytest.approx(host_s, abs=1e-6)
         step_s = 0.2 + plan.slack.increment_s(100, 5e4) + host_s
-        assert plan._rate_tokens_per_s(100, 5e4, 0.2) == pytest.approx(100 / step_s)
+        rate = plan._rate_tokens_per_s(100, 5e4, 0.2, plan.host_s())
+        assert rate == pytest.approx(100 / step_s)
 
 
 def test_the_rate_the_scheduler_reads_is_that_rate(monkeypatch: pytest.MonkeyPatch) -> None:
     # ``slack_rate_tokens_per_s``, which at-risk classification and the boost read, is the
-    # one rate of the latest planned step's budget.
+    # one rate of the latest planned step's budget, with the host's share.
     returned: list[float] = []
+    hosts: list[float] = []
     rate_of = DeadlinePlan._rate_tokens_per_s
 
-    def spy(plan: DeadlinePlan, tokens: int, attention: float, decode_s: float) -> float:
-        returned.append(rate_of(plan, tokens, attention, decode_s))
+    def spy(
+        plan: DeadlinePlan, tokens: int, attention: float, decode_s: float, host_s: float
+    ) -> float:
+        hosts.append(host_s)
+        returned.append(rate_of(plan, tokens, attention, decode_s, host_s))
         return returned[-1]
 
     monkeypatch.setattr(DeadlinePlan, "_rate_tokens_per_s", spy)
@@ -360,3 +365,4 @@ def test_the_rate_the_scheduler_reads_is_that_rate(monkeypatch: pytest.MonkeyPat
     plan = served.controller._deadline_plan
     assert returned and plan.host_s() == pytest.approx(0.150, abs=1e-6)
     assert served.controller.slack_rate_tokens_per_s() == returned[-1]
+    assert hosts[-1] == plan.host_s()

@@ -315,7 +315,7 @@ class DeadlinePlan:
             if floor_reason is not None:
                 cap, attention = floor_tokens, 0.0
                 self.num_floor_steps += 1
-            self.slack_rate_tokens_per_s = self._rate_tokens_per_s(cap, attention, decode_s)
+            self.slack_rate_tokens_per_s = self._rate_tokens_per_s(cap, attention, decode_s, host_s)
             if floor_reason is not None:
                 return Deadline(
                     cap, deadline_s, margin, False, is_floor=True, floor_reason=floor_reason
@@ -376,15 +376,18 @@ class DeadlinePlan:
         if self._end_lacks_slack(room_s, head, margin, decode_s, floor_tokens):
             return FLOOR_END
         if cap and ttft_needed_rate:
-            rate = self._rate_tokens_per_s(cap, attention, decode_s)
+            rate = self._rate_tokens_per_s(cap, attention, decode_s, self.host_s())
             return FLOOR_TTFT if rate < ttft_needed_rate else None
         return None
 
-    def _rate_tokens_per_s(self, tokens: int, attention: float, decode_s: float) -> float:
+    def _rate_tokens_per_s(
+        self, tokens: int, attention: float, decode_s: float, host_s: float
+    ) -> float:
         """The prefill rate of steps carrying ``tokens`` (token-context product
         ``attention``) beside decodes of ``decode_s``, in the time a prompt waits for them:
-        ``R / (D + I(R) + host)``, the host's share included under ``device`` (0 else)."""
-        step_s = decode_s + self.slack.increment_s(tokens, attention) + self.host_s()
+        ``R / (D + I(R) + host)``, ``host_s`` being ``host_s()`` (the host's share under
+        ``device``, 0 else; the planned step has it at hand)."""
+        step_s = decode_s + self.slack.increment_s(tokens, attention) + host_s
         return tokens / step_s if step_s > 0 else 0.0
 
     def _lacks_slack(self, room_s: float, head: tuple[int, int], margin: float) -> bool:
