@@ -195,3 +195,28 @@ def test_a_gateway_run_records_its_machine_and_commit_and_packs_its_log(tmp_path
     assert not (logs / "gateway.log").exists()
     unpacked = subprocess.run(["gunzip", "-c", str(logs / "gateway.log.gz")], capture_output=True)
     assert unpacked.stdout.decode().split() == ["earlier", "later"]
+
+
+def test_an_episodes_run_takes_its_siblings_sizing_unless_it_has_its_own(tmp_path: Path) -> None:
+    """``begin_episodes_run SIBLING`` sets the episodes' defaults, copies SIBLING's sizing
+    and conditions into a new folder (a resumed one keeps its own) and begins the run."""
+    sibling = tmp_path / "sibling"
+    sibling.mkdir()
+    (sibling / "sizing.json").write_text("sibling")
+    (sibling / "conditions.json").write_text("sibling")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "sizing.json").write_text("own")
+    script = f"""
+    OUT={out}
+    begin_gateway_run() {{ echo "began $OUT"; }}
+    begin_episodes_run {sibling}
+    echo "py=$PY token=$TOKEN tok=$TOK"
+    """
+    result = _bash(script, tmp_path, _free_port())
+    assert result.returncode == 0, result.stderr
+    assert f"began {out}" in result.stdout
+    assert "py=.venv/bin/python token=bench-admin tok=" in result.stdout
+    assert "smollm2-135m-instruct-v3" in result.stdout
+    assert (out / "sizing.json").read_text() == "own"
+    assert (out / "conditions.json").read_text() == "sibling"

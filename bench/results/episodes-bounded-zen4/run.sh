@@ -15,16 +15,9 @@
 # git checkout fc73a930 -- bench/results/episodes-bounded-zen4).
 set -euo pipefail
 OUT=bench/results/episodes-bounded-zen4
-SIBLING=bench/results/episodes-slack-zen4
-PY=${PY:-.venv/bin/python}
-PORT=${PORT:-8000}
-TOKEN=bench-admin
-TOK=${TOK:-${XDG_CACHE_HOME:-$HOME/.cache}/dlfp-gateway/models/smollm2-135m-instruct-v3}
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
-mkdir -p "$OUT"
-cp -n "$SIBLING/sizing.json" "$SIBLING/conditions.json" "$OUT/"
-begin_gateway_run
+begin_episodes_run bench/results/episodes-slack-zen4
 ARMS=fixed-128,dlfp-ct,dlfp-ct-max-128
 run_episodes slo500-d2 "$ARMS" 24
 run_episodes slo500-d8 "$ARMS" 24

@@ -18,16 +18,9 @@
 # (analysis.md, made before, still has their rows; rerunning analyse.py now leaves them out).
 set -euo pipefail
 OUT=${OUT:-bench/results/episodes-jitter-zen4}  # episodes-heap-frozen-zen4 runs this too
-SIBLING=bench/results/episodes-slack-zen4
-PY=${PY:-.venv/bin/python}
-PORT=${PORT:-8000}
-TOKEN=bench-admin
-TOK=${TOK:-${XDG_CACHE_HOME:-$HOME/.cache}/dlfp-gateway/models/smollm2-135m-instruct-v3}
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
-mkdir -p "$OUT"
-cp -n "$SIBLING/sizing.json" "$SIBLING/conditions.json" "$OUT/"
-begin_gateway_run
+begin_episodes_run bench/results/episodes-slack-zen4
 THIN=fixed-8,fixed-16,dlfp-ct
 run_episodes slo500-d2 fixed-128,dlfp-ct 10
 run_episodes slo500-d8 fixed-128,dlfp-ct 8
