@@ -212,6 +212,13 @@ def test_a_bounded_dlfp_ct_arm_sets_every_cap_within_its_bound() -> None:
     CapParams(**{k: v for k, v in patch.items() if k != "controller"})
 
 
+def test_the_full_slack_arm_turns_the_knee_off() -> None:
+    patch = arm_patch("dlfp-ct-full", 500.0)
+    assert patch == {"controller": "dlfp-ct", "step_rate_loss": 0.0, "itl_slo_ms": 500.0}
+    assert CapParams(step_rate_loss=patch["step_rate_loss"]).step_rate_loss == 0.0
+    check_arm_names(["fixed-128", "dlfp-ct", "dlfp-ct-full"], {})
+
+
 def test_arrival_offsets_are_jittered_by_the_seed_and_keep_their_order() -> None:
     shape = EpisodeShape()
     offsets = [episode_offsets(shape, seed) for seed in range(200)]

@@ -429,14 +429,11 @@ def test_a_stream_past_its_objective_binds_the_plan_within_twice_it() -> None:
     assert plan.deadline_s(clock(), 0) == pytest.approx(0.1 + 2 * ITL_SLO_S)
 
 
-def _cap_with_delivery_share(
-    share: float, itl_slo_ms: float = 500.0, candidates: list[tuple[int, int]] | None = None
-) -> int | None:
-    """A step's cap on a plant of 40 ms decodes and 1 ms a prefill token, right after a
-    token of a stream with ``itl_slo_ms``, under ``delivery_share``."""
+def _fitted_controller(**settings: float) -> tuple[PrefillCapController, FakeClock]:
+    """A controller whose slack model has fitted a plant of 40 ms decodes (2 streams) and
+    1 ms a prefill token, right after a step that gave every stream a token."""
     clock = FakeClock()
-    params = cap_params(itl_slo_ms=itl_slo_ms, delivery_share=share)
-    controller = PrefillCapController(params, clock=clock, wall_clock=clock)
+    controller = PrefillCapController(cap_params(**settings), clock=clock, wall_clock=clock)
     slack = controller._deadline_plan.slack
     for n in range(40):
         slack.observe(StepShape(2, 1000), 0.040)
@@ -445,6 +442,20 @@ def _cap_with_delivery_share(
     controller.on_scheduled(0, 2, shape=StepShape(2, 1000))
     clock.advance(0.04)
     controller.on_step_done()
+    return controller, clock
+
+
+def _cap_with_delivery_share(
+    share: float,
+    itl_slo_ms: float = 500.0,
+    candidates: list[tuple[int, int]] | None = None,
+    step_rate_loss: float = 0.0,
+) -> int | None:
+    """A step's cap on ``_fitted_controller``'s plant, right after a token of a stream with
+    ``itl_slo_ms``, under ``delivery_share``."""
+    controller, _ = _fitted_controller(
+        itl_slo_ms=itl_slo_ms, delivery_share=share, step_rate_loss=step_rate_loss
+    )
     return controller.on_schedule(
         2,
         candidates=candidates or [(0, 10_000)],
@@ -468,6 +479,49 @@ def test_the_plan_leaves_the_delivery_share_of_the_slack() -> None:
     assert whole is not None and half is not None
     assert whole == pytest.approx(460, abs=5)
     assert half == pytest.approx(whole / 2, abs=2)
+
+
+def _rate(tokens: int) -> float:
+    """Prefill tokens a second of a step of ``tokens`` on ``_fitted_controller``'s plant."""
+    return tokens / (0.040 + tokens * 0.001)
+
+
+def test_a_step_that_completes_no_prompt_stops_at_the_knee_of_its_rate() -> None:
+    """With 460 ms of slack after 40 ms of decodes, a step of 460 tokens prefills 920 a
+    second. At ``step_rate_loss`` 0.05 the plan carries the fewest tokens within 5% of that
+    rate, ``0.95 * 460 * 40 / (40 + 0.05 * 460)`` = 278, a step of 318 ms instead of 500;
+    at 0 the whole slack."""
+    whole = _cap_with_delivery_share(0.0)
+    knee = _cap_with_delivery_share(0.0, step_rate_loss=0.05)
+    assert whole is not None and knee is not None
+    assert whole == pytest.approx(460, abs=5)
+    assert knee == pytest.approx(278, abs=3)
+    assert _rate(knee) >= 0.95 * _rate(whole) * 0.999
+    assert _rate(knee - 5) < 0.95 * _rate(whole)
+
+
+def test_the_knee_leaves_a_step_that_completes_a_prompt_and_a_thin_slack() -> None:
+    """A prompt the slack finishes in this step is finished in it, past the knee (its first
+    token comes a step sooner); a slack of a few tokens keeps them all (the knee of a step
+    mostly decodes is near its end)."""
+    knee = _cap_with_delivery_share(0.0, candidates=[(0, 400)], step_rate_loss=0.05)
+    assert knee == 400
+    thin = _cap_with_delivery_share(0.0, itl_slo_ms=60.0, step_rate_loss=0.05)
+    full = _cap_with_delivery_share(0.0, itl_slo_ms=60.0)
+    assert full is not None and thin is not None
+    assert full == pytest.approx(20, abs=2)
+    assert full - 1 <= thin <= full
+
+
+def test_a_prompt_at_risk_of_its_ttft_gets_the_whole_slack() -> None:
+    """The knee gives up rate only while no prefill is at risk of its TTFT deadline."""
+    controller, clock = _fitted_controller(delivery_share=0.0, step_rate_loss=0.05)
+    plan = controller._deadline_plan
+    calm = plan.plan(clock(), 2, 1000, [(0, 10_000)], 0)
+    at_risk = plan.plan(clock(), 2, 1000, [(0, 10_000)], 0, head_ttft_left_s=100.0)
+    assert calm.cap_tokens == pytest.approx(278, abs=3)
+    assert at_risk.cap_tokens == pytest.approx(460, abs=5)
+    assert plan.num_knee_steps == 1
 
 
 def test_at_risk_prompts_meet_their_deadlines_within_the_overrun_bound() -> None:

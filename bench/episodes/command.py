@@ -37,6 +37,7 @@ from bench.episodes.run import (
     read_records,
 )
 from bench.episodes.setup import (
+    FULL,
     THIN_DECODERS,
     arm_patch,
     check_arm_names,
@@ -281,7 +282,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--arms",
         help=f"comma-separated: off, fixed-<tokens>, dlfp, dlfp-ct, dlfp-ct-max-<tokens> "
-        f"(dlfp-ct, each step's prefill at most <tokens>), dlfp-ct-target, {SENTINEL} "
+        f"(dlfp-ct, each step's prefill at most <tokens>), {FULL} (dlfp-ct, every step "
+        f"filled to its slack), dlfp-ct-target, {SENTINEL} "
         "(default: off, fixed at 8, 16, ... up to max_cap_tokens, dlfp, dlfp-ct and the "
         "sentinel)",
     )

@@ -34,6 +34,8 @@ TARGET_PLAN = "dlfp-ct-target"
 BOUNDED = "dlfp-ct-max-"
 """``dlfp-ct-max-<tokens>``: ``dlfp-ct`` with every step's prefill bounded by ``<tokens>``
 (``max_cap_tokens``, and the initial and fixed caps within it)."""
+FULL = "dlfp-ct-full"
+"""``dlfp-ct`` filling every step to its slack (``step_rate_loss`` 0)."""
 LEN_MARGIN = 64
 """Long prompts are capped at ``max_model_len`` minus this."""
 CAP_SHARE = 0.9
@@ -89,6 +91,8 @@ def arm_patch(name: str, itl_slo_ms: float | None) -> dict[str, Any]:
         return {"controller": name} | extra
     if name == TARGET_PLAN:
         return {"controller": "dlfp-ct", "plan": "target"} | extra
+    if name == FULL:
+        return {"controller": "dlfp-ct", "step_rate_loss": 0.0} | extra
     if name.startswith(BOUNDED):
         if not name.removeprefix(BOUNDED).isdigit():
             raise ValueError(f"unknown arm {name!r}: {BOUNDED}<tokens>")
@@ -97,7 +101,7 @@ def arm_patch(name: str, itl_slo_ms: float | None) -> dict[str, Any]:
         return {"controller": "dlfp-ct"} | bounds | extra
     raise ValueError(
         f"unknown arm {name!r}: off, fixed-<tokens>, dlfp, dlfp-ct, {BOUNDED}<tokens>, "
-        f"{TARGET_PLAN} or {SENTINEL}"
+        f"{FULL}, {TARGET_PLAN} or {SENTINEL}"
     )
 
 

@@ -112,6 +112,8 @@ class DeadlinePlan:
         self.num_planned_steps = 0
         """Steps the plan sized (decodes and prefill candidates)."""
         self.num_boost_steps = 0
+        self.num_knee_steps = 0
+        """Steps whose prefill the plan cut to the knee of its rate (``step_rate_loss``)."""
         self._late: deque[bool] = deque(maxlen=OVERRUN_WINDOW)
         self._num_late = 0
         """Late steps in ``_late``."""
@@ -281,6 +283,7 @@ class DeadlinePlan:
         decodes = StepShape(num_decoding, decode_context_tokens)
         decode_s = self.slack.decode_s(decodes)
         limit = p.max_cap_tokens
+        knee = None
         if deadline_s is None:
             cap = limit
         else:
@@ -326,6 +329,8 @@ class DeadlinePlan:
                 )
                 if boost:
                     return Deadline(boost, deadline_s, margin, False, is_boost=True)
+            else:
+                knee = self._knee_tokens(cap, attention, decode_s + host_s, floor_tokens)
         # The deadline set the cap unless a bound did (``max_cap_tokens``, the trust
         # bound) or the prefills left did.
         is_bound = cap < limit and cap < left
@@ -340,6 +345,12 @@ class DeadlinePlan:
             completed += remaining
         if completed:
             cap, is_bound = completed, False
+        elif knee is not None and knee < cap:
+            # NOTE: the step gives up at most step_rate_loss of the slack's rate to end
+            # sooner: a prompt that arrives waits for the step in flight. Equation in
+            # docs/scheduler.md, "Deadline plan".
+            cap, is_bound = knee, False
+            self.num_knee_steps += 1
         self.num_zero_prefill_steps += cap == 0
         return Deadline(cap, deadline_s, margin, is_bound)
 
@@ -379,6 +390,18 @@ class DeadlinePlan:
             rate = self._rate_tokens_per_s(cap, attention, decode_s, self.host_s())
             return FLOOR_TTFT if rate < ttft_needed_rate else None
         return None
+
+    def _knee_tokens(self, tokens: int, attention: float, base_s: float, least: int) -> int:
+        """The fewest prefill tokens whose rate beside ``base_s`` of decodes and host is at
+        least ``1 - step_rate_loss`` of the rate of ``tokens`` (token-context product
+        ``attention``): ``(1 - e) R B / (B + e I(R))``, exact where the increment is linear
+        in tokens, and at least ``least`` (``tokens`` where it is fewer)."""
+        loss = self._params.step_rate_loss
+        if loss <= 0 or base_s <= 0 or tokens <= least:
+            return tokens
+        increment_s = self.slack.increment_s(tokens, attention)
+        knee = math.ceil((1.0 - loss) * tokens * base_s / (base_s + loss * increment_s))
+        return min(max(knee, least), tokens)
 
     def _rate_tokens_per_s(
         self, tokens: int, attention: float, decode_s: float, host_s: float

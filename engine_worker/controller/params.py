@@ -100,6 +100,13 @@ class CapParams:
     deadline leaves after the decodes' tail) the plan leaves unplanned, for a token's way
     from the engine to its reader (the engine's output, the gateway, the network), which
     the engine does not time; ceiling 0.5."""
+    step_rate_loss: float = _setting(0.05, ge=0, le=0.5)
+    """dlfp-ct deadline plan only: the share of the slack's prefill rate a step may give up
+    to end sooner. A step that completes no prefill carries the fewest tokens whose rate,
+    tokens over the step's predicted time, is at least (1 - step_rate_loss) of the rate of
+    the tokens the slack allows, so a prompt that arrives waits for a shorter step in
+    flight; not while a prefill is at risk of its TTFT deadline. 0 fills every step to its
+    slack; ceiling 0.5."""
     ttft_slo_ms: float = _setting(30_000.0, ge=100)
     """Time-to-first-token objective, ms: the gateway judges requests by it, and under srpf
     dlfp-ct's deadline plan serves first a prefill whose slack is below its predicted
@@ -238,6 +245,9 @@ class ControllerState:
     num_boost_steps: int = 0
     """Deadline plan: steps that went beyond the slack to finish a prefill at risk of its
     TTFT deadline, within the overrun allowance."""
+    num_knee_steps: int = 0
+    """Deadline plan: steps whose prefill it cut to the fewest tokens within
+    ``step_rate_loss`` of the slack's rate, so that they end sooner."""
     num_deadline_steps: int = 0
     """Completed steps planned to a stream deadline."""
     num_deadline_misses: int = 0
