@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# bench tiers on the embedded model with the deadline plan stopping each step at the knee
+# of its prefill rate (step_rate_loss 0.05, the default), default settings, one gateway:
+# the measured run over seeds 1 and 2 (the calibrated static caps, dlfp-ct, dlfp and off,
+# in a balanced order per seed). The calibration (seed 0, static caps 16 to 256) is
+# tiers-delivery-zen4's, copied here (calibration.json and calibration/), so the arms and
+# the workload are those of tiers-delivery-zen4, the run before the knee. Run from the
+# repository root, with nothing else running: bench/results/tiers-knee-zen4/run.sh.
+# Resumes where it stopped.
+set -euo pipefail
+OUT=bench/results/tiers-knee-zen4
+PY=${PY:-.venv/bin/python}
+PORT=${PORT:-8000}
+TOKEN=bench-admin
+TOK=${TOK:-${XDG_CACHE_HOME:-$HOME/.cache}/dlfp-gateway/models/smollm2-135m-instruct-v3}
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+mkdir -p "$OUT"
+[ -e "$OUT/calibration.json" ] || cp -r bench/results/tiers-delivery-zen4/calibration.json \
+    bench/results/tiers-delivery-zen4/calibration "$OUT/"
+begin_gateway_run
+"$PY" -m gateway bench tiers --base-url "http://127.0.0.1:$PORT" --admin-token "$TOKEN" \
+    --tokenizer "$TOK" --results "$OUT" 2>&1 | tee -a "$OUT/logs/tiers-progress.log"
+end_gateway_run
