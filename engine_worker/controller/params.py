@@ -105,8 +105,8 @@ class CapParams:
     to end sooner. A step that completes no prefill carries the fewest tokens whose rate,
     tokens over the step's predicted time, is at least (1 - step_rate_loss) of the rate of
     the tokens the slack allows, so a prompt that arrives waits for a shorter step in
-    flight; not while a prefill is at risk of its TTFT deadline. 0 fills every step to its
-    slack; ceiling 0.5."""
+    flight; under srpf, not while a prefill is at risk of its TTFT deadline. 0 fills every
+    step to its slack; ceiling 0.5."""
     ttft_slo_ms: float = _setting(30_000.0, ge=100)
     """Time-to-first-token objective, ms: the gateway judges requests by it, and under srpf
     dlfp-ct's deadline plan serves first a prefill whose slack is below its predicted
