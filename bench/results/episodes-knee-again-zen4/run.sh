@@ -6,7 +6,11 @@
 # 24 to 35 are new). Sizing and
 # conditions are episodes-slack-zen4's (same machine). Run from the repository root, with
 # nothing else running: bench/results/episodes-knee-again-zen4/run.sh. Resumes where it
-# stopped.
+# stopped. The short arrivals against the step in flight:
+# .venv/bin/python bench/results/episodes-room-zen4/analyse.py bench/results/episodes-knee-again-zen4
+# (analysis.md, made before the step logs and the gateway log were dropped to keep
+# bench/results under 25 MB: recover them with
+# git checkout ee98b16c -- bench/results/episodes-knee-again-zen4).
 set -euo pipefail
 OUT=bench/results/episodes-knee-again-zen4
 # shellcheck source=bench/lib.sh
