@@ -65,14 +65,19 @@ end_gateway_run() {  # end_gateway_run: stop the gateway and pack its log
     gzip -f "$OUT/logs/gateway.log"
 }
 
-begin_episodes_run() {  # begin_episodes_run SIBLING: an episodes script's start, into $OUT:
-    # PY, PORT and TOK at their defaults where unset, TOKEN the bench's admin token, the
-    # sizing and conditions of the results folder SIBLING copied unless $OUT has its own
-    # (the same long prompts and objectives on the same machine), then begin_gateway_run.
+bench_defaults() {  # bench_defaults: PY, PORT and TOK at their defaults where unset, and
+    # TOKEN the bench's admin token, for a results script that starts its own gateway.
     PY=${PY:-.venv/bin/python}
     PORT=${PORT:-8000}
     TOKEN=bench-admin
     TOK=${TOK:-${XDG_CACHE_HOME:-$HOME/.cache}/dlfp-gateway/models/smollm2-135m-instruct-v3}
+}
+
+begin_episodes_run() {  # begin_episodes_run SIBLING: an episodes script's start, into $OUT:
+    # bench_defaults, the sizing and conditions of the results folder SIBLING copied unless
+    # $OUT has its own (the same long prompts and objectives on the same machine), then
+    # begin_gateway_run.
+    bench_defaults
     mkdir -p "$OUT"
     cp -n "$1/sizing.json" "$1/conditions.json" "$OUT/"
     begin_gateway_run

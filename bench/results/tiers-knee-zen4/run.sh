@@ -9,12 +9,9 @@
 # Resumes where it stopped.
 set -euo pipefail
 OUT=bench/results/tiers-knee-zen4
-PY=${PY:-.venv/bin/python}
-PORT=${PORT:-8000}
-TOKEN=bench-admin
-TOK=${TOK:-${XDG_CACHE_HOME:-$HOME/.cache}/dlfp-gateway/models/smollm2-135m-instruct-v3}
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
+bench_defaults
 mkdir -p "$OUT"
 [ -e "$OUT/calibration.json" ] || cp -r bench/results/tiers-delivery-zen4/calibration.json \
     bench/results/tiers-delivery-zen4/calibration "$OUT/"
