@@ -14,7 +14,8 @@ requests and of those queued before it, against ``max_concurrent``) at the measu
 rate slots free while the gateway is full (``ttft_estimate.ServiceRate``: by Little's
 law, ``max_concurrent`` over the time requests admitted from the queue held their slots).
 ``fixed`` and ``per_token`` come from ``ttft_estimate.TTFTEstimate``; the tokens ahead
-are the prompt tokens admitted but not yet streaming plus those queued before it. A
+are what is left to prefill of the prompts admitted but not yet streaming (estimated in
+``pending_prefill``, in the engine's order) plus the prompts queued before it. A
 request is refused for the SLO on arrival, and a queued one as soon as its time waited
 plus the prediction exceeds the objective (checked every ``SLO_RECHECK_S``);
 ``max_queue_wait_s`` stays the backstop. A request with nothing ahead of it is never
@@ -36,7 +37,6 @@ An ``n``-choice request takes ``n`` slots (at most ``max_concurrent``): it strea
 from __future__ import annotations
 
 import asyncio
-import bisect
 import itertools
 import logging
 import math
@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.fair_queue import Ahead, FairQueue, Waiter, uncount
+from gateway.pending_prefill import PendingPrefills
 from gateway.tenant_limits import TenantLimits
 from gateway.ttft_estimate import ServiceRate, StartupPrior, TTFTEstimate
 
@@ -126,6 +127,8 @@ class Ticket:
     admitted_s: float
     queue_s: float
     _admission: Admission
+    pending_key: int
+    """Its place in ``Admission._pending`` until its first token."""
     measured: bool = True
     """Whether its first token is a sample of prefill time (not when a grammar compile
     or other non-prefill wait comes before it)."""
@@ -170,15 +173,15 @@ class Admission:
     ) -> None:
         self.limits = limits
         self._shortest_first = shortest_first
-        """Whether the engine serves the shortest pending prefill first (capped steps under
-        ``prefill_order=srpf``): a prompt then waits only for those no longer than itself."""
-        self._pending_sizes: list[int] = []
-        """The pending prompts' lengths, sorted."""
+        """Whether the engine serves the shortest remaining prefill first (capped steps
+        under ``prefill_order=srpf``): a prompt then waits only for those with no more
+        left than itself."""
         self._clock = clock
         self._active = 0
         self._queue = FairQueue(tenant_limits)
         self._seq = itertools.count()
-        self._pending_prefill = 0
+        self._pending = PendingPrefills(clock())
+        """The prompts admitted but not yet streaming, with what is left of each."""
         self._num_reserved = 0
         self._reserved: Counter[str] = Counter()
         """Each client's requests in ``reserve()``'s hands."""
@@ -261,13 +264,27 @@ class Admission:
             return self._queue.ahead(waiter.tenant, waiter.priority, waiter.client, waiter)
         return self._queue.ahead(tenant, priority, client)
 
+    def _line(self) -> tuple[float, float] | None:
+        """The TTFT line in force (fixed seconds, seconds per token): the measured one
+        while fresh, else the start-up fit's; None before either."""
+        estimate = self.ttft_estimate
+        if estimate.num_samples >= self.limits.min_slo_samples and estimate.is_fresh:
+            return estimate.line()
+        if self.prior is not None:
+            return self.prior.fixed_s, self.prior.per_token_s
+        return None
+
+    def _pending_now(self) -> PendingPrefills:
+        """The pending prompts, with the prefill done since the last look counted."""
+        line = self._line()
+        tokens_per_s = 1.0 / line[1] if line is not None and line[1] > 0 else None
+        self._pending.advance(self._clock(), tokens_per_s, self._shortest_first())
+        return self._pending
+
     def _pending_before(self, prefill_tokens: int) -> int:
         """The admitted prompts' tokens still to prefill before a prompt of
-        ``prefill_tokens`` gets its own: all of them, or under shortest-first those no
-        longer than it."""
-        if not self._shortest_first():
-            return self._pending_prefill
-        return sum(self._pending_sizes[: bisect.bisect_right(self._pending_sizes, prefill_tokens)])
+        ``prefill_tokens`` gets its own (``PendingPrefills.tokens_before``)."""
+        return self._pending_now().tokens_before(prefill_tokens, self._shortest_first())
 
     def _tokens_ahead(self, ahead: Ahead, prefill_tokens: int) -> int:
         return self._pending_before(prefill_tokens) + ahead.prefill_tokens
@@ -296,17 +313,14 @@ class Admission:
         the prior, and None without one. Once the samples have faded
         (``TTFTEstimate.is_fresh``), the prior's line, or the slot wait alone."""
         estimate = self.ttft_estimate
-        measured = estimate.num_samples >= self.limits.min_slo_samples
-        if not measured and self.prior is None:
+        if estimate.num_samples < self.limits.min_slo_samples and self.prior is None:
             return None
         ahead = self._ahead(priority, waiter, client, tenant)
         wait_s = self._slot_wait_s(num_slots, ahead) if self.limits.slo_queue_check else 0.0
-        if measured and estimate.is_fresh:
-            fixed_s, per_token_s = estimate.line()
-        elif self.prior is not None:
-            fixed_s, per_token_s = self.prior.fixed_s, self.prior.per_token_s
-        else:
+        line = self._line()
+        if line is None:
             return wait_s
+        fixed_s, per_token_s = line
         prefill_ahead_s = per_token_s * self._tokens_ahead(ahead, prefill_tokens)
         # NOTE: the prompts ahead are prefilled while this one waits for its slot, so its
         # first token waits for the later of the two, not their sum: adding them refused
@@ -374,19 +388,24 @@ class Admission:
             except BaseException:
                 uncount(self._held, client)
                 raise
-        self._pending_prefill += prefill_tokens
-        bisect.insort(self._pending_sizes, prefill_tokens)
+        pending_key = self._pending_now().add(prefill_tokens)
         self._max_tokens_streaming += max_tokens
         self._prompt_tokens_streaming += prefill_tokens
         now = self._clock()
         ticket = Ticket(
-            prefill_tokens, self._pending_before(prefill_tokens), now, now - arrival, self, measured
+            prefill_tokens,
+            self._pending_before(prefill_tokens),
+            now,
+            now - arrival,
+            self,
+            pending_key,
+            measured,
         )
         try:
             yield ticket
         finally:
             if not ticket._prefilled:
-                self._pending_done(prefill_tokens)
+                self._pending_now().remove(pending_key)
             self._active -= num_slots
             self._max_tokens_streaming -= max_tokens
             self._prompt_tokens_streaming -= prefill_tokens
@@ -435,7 +454,7 @@ class Admission:
                 "ttft_slo_s": ttft_slo_s,
                 "num_active": self._active,
                 "num_queued": len(self._queue),
-                "pending_prefill_tokens": self._pending_prefill,
+                "pending_prefill_tokens": self._pending_now().total_tokens(),
                 "slots_per_s": self.slots_per_s(),
                 "prior_rate": self.prior is not None and not self._rate_measured(),
             },
@@ -461,7 +480,7 @@ class Admission:
             return
         if (
             self.limits.no_slack_check
-            and self._pending_prefill
+            and self._pending
             and self.zero_prefill_share >= NO_SLACK_SHARE
         ):
             # NOTE: the engine already holds admitted prompts back for want of slack; one
@@ -471,7 +490,7 @@ class Admission:
                 extra={
                     "event": "no_slack_refusal",
                     "zero_prefill_share": round(self.zero_prefill_share, 3),
-                    "pending_prefill_tokens": self._pending_prefill,
+                    "pending_prefill_tokens": self._pending_now().total_tokens(),
                 },
             )
             raise AdmissionRejected(
@@ -480,7 +499,7 @@ class Admission:
                 "within their inter-token objective",
                 self.retry_after_s(),
             )
-        if self._pending_prefill or not self._fits(num_slots) or self._queue:
+        if self._pending or not self._fits(num_slots) or self._queue:
             predicted = self.predicted_ttft_s(
                 prefill_tokens, priority, num_slots, client=client, tenant=tenant
             )
@@ -598,12 +617,7 @@ class Admission:
     # --- measurements ---
 
     def _prefill_done(self, ticket: Ticket) -> None:
+        pending = self._pending_now()  # the progress so far, at the line it was made at
         if ticket.measured:
             self.ttft_estimate.add(ticket.tokens_ahead, self._clock() - ticket.admitted_s)
-        self._pending_done(ticket.prefill_tokens)
-
-    def _pending_done(self, prefill_tokens: int) -> None:
-        self._pending_prefill = max(0, self._pending_prefill - prefill_tokens)
-        index = bisect.bisect_left(self._pending_sizes, prefill_tokens)
-        if index < len(self._pending_sizes) and self._pending_sizes[index] == prefill_tokens:
-            del self._pending_sizes[index]
+        pending.remove(ticket.pending_key)

@@ -355,3 +355,25 @@ async def test_under_shortest_first_a_short_prompt_is_not_predicted_to_wait_behi
         async with admission.slot(prefill_tokens=50, ttft_slo_s=2.0) as ticket:
             assert ticket.tokens_ahead == 50  # its sample counts only what goes before it
     assert admission.predicted_ttft_s(4000, 0) == pytest.approx(0.05 + 0.002 * 4000)
+
+
+async def test_a_prompt_under_way_counts_ahead_by_what_is_left_of_it() -> None:
+    """Under shortest-first the engine orders prompts by the tokens left, so a long prompt
+    already prefilling goes before a fresh one a few tokens shorter: that one's prediction
+    and its sample count what is left of the first, not nothing and not all of it."""
+    clock = FakeClock()
+    admission = Admission(
+        AdmissionLimits(max_concurrent=8), clock=clock, shortest_first=lambda: True
+    )
+    per_token_s = 0.008
+    admission.prior = StartupPrior(
+        fixed_s=0.05, per_token_s=per_token_s, decode_base_s=0.03, decode_per_stream_s=0.001
+    )
+    async with admission.slot(prefill_tokens=1610, ttft_slo_s=30.0):
+        clock.now += 2.0  # 250 of its tokens prefilled at the prior's rate
+        left = 1610 - 250
+        expected = 0.05 + per_token_s * (left + 1600)
+        assert admission.predicted_ttft_s(1600, 0) == pytest.approx(expected)
+        assert admission.predicted_ttft_s(1300, 0) == pytest.approx(0.05 + per_token_s * 1300)
+        async with admission.slot(prefill_tokens=1600, ttft_slo_s=30.0) as ticket:
+            assert ticket.tokens_ahead == left + 1600
