@@ -10,6 +10,9 @@
 # root, with nothing else running: bench/results/episodes-pending-zen4/run.sh. Resumes
 # where it stopped. The short arrivals against the step in flight:
 # .venv/bin/python bench/results/episodes-room-zen4/analyse.py bench/results/episodes-pending-zen4
+# (analysis.md, made before the step logs and the gateway log were dropped to keep
+# bench/results under 25 MB: recover them with
+# git checkout af02996 -- bench/results/episodes-pending-zen4).
 set -euo pipefail
 OUT=bench/results/episodes-pending-zen4
 # shellcheck source=bench/lib.sh
