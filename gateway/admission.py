@@ -478,13 +478,11 @@ class Admission:
         self.check_capacity()
         if not self.limits.slo_check or ttft_slo_s is None:
             return
-        if (
-            self.limits.no_slack_check
-            and self._pending
-            and self.zero_prefill_share >= NO_SLACK_SHARE
-        ):
+        is_behind = self._pending_now().num_before(prefill_tokens, self._shortest_first()) > 0
+        if self.limits.no_slack_check and is_behind and self.zero_prefill_share >= NO_SLACK_SHARE:
             # NOTE: the engine already holds admitted prompts back for want of slack; one
-            # more only waits behind them. Nothing ahead: never refused (as below).
+            # more only waits behind them. Nothing ahead in the engine's order (under
+            # shortest-first, a chat beside documents): never refused (as below).
             logger.info(
                 "refused: the decodes leave no slack for prefill",
                 extra={
@@ -499,7 +497,7 @@ class Admission:
                 "within their inter-token objective",
                 self.retry_after_s(),
             )
-        if self._pending or not self._fits(num_slots) or self._queue:
+        if is_behind or not self._fits(num_slots) or self._queue:
             predicted = self.predicted_ttft_s(
                 prefill_tokens, priority, num_slots, client=client, tenant=tenant
             )

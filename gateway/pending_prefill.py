@@ -75,6 +75,12 @@ class PendingPrefills:
         left = (p.remaining_tokens for p in self._prompts.values())
         return math.ceil(sum(r for r in left if r <= tokens))
 
+    def num_before(self, tokens: int, shortest_first: bool) -> int:
+        """How many prompts go before a new one of ``tokens`` (``tokens_before``'s)."""
+        if not shortest_first:
+            return len(self._prompts)
+        return sum(p.remaining_tokens <= tokens for p in self._prompts.values())
+
     def _in_order(self, shortest_first: bool) -> list[_Prompt]:
         prompts = list(self._prompts.values())  # admission order: the dict keeps it
         if shortest_first:

@@ -321,6 +321,20 @@ async def test_no_slack_sheds_new_requests_only_while_prompts_wait_behind_decode
             pass
 
 
+async def test_no_slack_sheds_under_shortest_first_only_a_prompt_with_one_ahead() -> None:
+    """Under shortest-first a chat goes before a document the decodes hold back: shedding
+    it would save no one any wait. A second document waits behind the first: shed."""
+    admission = Admission(AdmissionLimits(max_concurrent=8), shortest_first=lambda: True)
+    admission.zero_prefill_share = 0.8
+    async with admission.slot(prefill_tokens=1600, ttft_slo_s=30.0):
+        async with admission.slot(prefill_tokens=60, ttft_slo_s=30.0):
+            pass  # admitted: nothing ahead of it in the engine's order
+        with pytest.raises(AdmissionRejected) as shed:
+            async with admission.slot(prefill_tokens=1700, ttft_slo_s=30.0):
+                pass
+        assert shed.value.reason == "no_slack"
+
+
 async def test_no_slack_check_off_admits_behind_decodes_that_leave_no_slack() -> None:
     admission = Admission(AdmissionLimits(max_concurrent=8, no_slack_check=False))
     admission.zero_prefill_share = 0.8

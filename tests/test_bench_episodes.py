@@ -219,6 +219,29 @@ def test_the_full_slack_arm_turns_the_knee_off() -> None:
     check_arm_names(["fixed-128", "dlfp-ct", "dlfp-ct-full"], {})
 
 
+def test_the_shedding_arm_turns_no_slack_shedding_on_for_its_runs_alone(
+    fake_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    arms = ("dlfp-ct", "dlfp-ct-shed")
+    assert gateway_main(_args(fake_server, tmp_path, "--arms", ",".join(arms))) == 0
+    records = read_records(tmp_path)
+    runs = sorted(
+        (r for by_arm in records.values() for r in by_arm.values()),
+        key=lambda r: (r.episode, r.position),
+    )
+    assert [r.arm for r in runs[:2]] == [arms[i] for i in balanced_order(2, 0)]
+    expected = [{"no_slack_check": False}]
+    for run in runs:
+        wanted = {"no_slack_check": run.arm == "dlfp-ct-shed"}
+        if wanted != expected[-1]:
+            expected.append(wanted)
+    expected.append({"no_slack_check": True})  # the fake's own limit, restored
+    assert fake_server.admission_patches == expected
+    assert arm_patch("dlfp-ct-shed", 40.0) == {"controller": "dlfp-ct", "itl_slo_ms": 40.0}
+    plan = json.loads((tmp_path / "episodes.json").read_text())
+    assert plan["arm_admission_patches"] == {"dlfp-ct-shed": {"no_slack_check": True}}
+
+
 def test_arrival_offsets_are_jittered_by_the_seed_and_keep_their_order() -> None:
     shape = EpisodeShape()
     offsets = [episode_offsets(shape, seed) for seed in range(200)]

@@ -14,6 +14,8 @@ def test_under_shortest_first_the_prefill_goes_to_the_least_left_first() -> None
     assert pending.total_tokens() == 900
     assert pending.tokens_before(950, shortest_first=True) == 900
     assert pending.tokens_before(800, shortest_first=True) == 0
+    assert pending.num_before(800, shortest_first=True) == 1  # the short one, done
+    assert pending.num_before(800, shortest_first=False) == 2
 
 
 def test_a_prompt_under_way_goes_before_a_fresh_one_a_little_shorter() -> None:

@@ -38,7 +38,9 @@ from bench.episodes.run import (
 )
 from bench.episodes.setup import (
     FULL,
+    SHED,
     THIN_DECODERS,
+    arm_admission_patch,
     arm_patch,
     check_arm_names,
     conditions,
@@ -167,7 +169,7 @@ def _runs(args: argparse.Namespace, prepared: dict[str, Any]) -> list[EpisodeRun
     runs = []
     for folder, slo, decoders in items:
         patch_slo = slo if (args.conditions or args.itl_slo_ms is not None) else None
-        arms = tuple(Arm(n, arm_patch(n, patch_slo)) for n in names)
+        arms = tuple(Arm(n, arm_patch(n, patch_slo), arm_admission_patch(n)) for n in names)
         runs.append(
             EpisodeRun(
                 results_dir=folder,
@@ -283,7 +285,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "--arms",
         help=f"comma-separated: off, fixed-<tokens>, dlfp, dlfp-ct, dlfp-ct-max-<tokens> "
         f"(dlfp-ct, each step's prefill at most <tokens>), {FULL} (dlfp-ct, every step "
-        f"filled to its slack), dlfp-ct-target, {SENTINEL} "
+        f"filled to its slack), {SHED} (dlfp-ct with admission's no_slack shedding on), "
+        f"dlfp-ct-target, {SENTINEL} "
         "(default: off, fixed at 8, 16, ... up to max_cap_tokens, dlfp, dlfp-ct and the "
         "sentinel)",
     )

@@ -59,7 +59,8 @@ ADMISSION_PATCH: dict[str, Any] = {"no_slack_check": False}
 """Admission's limits for the whole run (``PATCH /admin/admission``, restored at the end):
 its ``no_slack`` shedding refuses arrivals only under ``dlfp-ct``, and the arms must serve
 the same arrivals to be compared (recorded in the plan; a plan without it ran with the
-gateway's admission limits)."""
+gateway's admission limits). An arm may add to it for its own runs
+(``Arm.admission_patch``, set before each; the plan's ``arm_admission_patches``)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ def _check_plan(path: Path, plan: dict[str, Any]) -> dict[str, Any]:
         saved.setdefault("order", "rotate")
         saved.setdefault("counter", plan["counter"])
         saved.setdefault("admission_patch", {})
+        saved.setdefault("arm_admission_patches", {})
         saved.get("shape", {}).setdefault("offset_jitter_s", 0.0)  # fixed offsets before
         differing = sorted(k for k in plan if k != "order" and saved.get(k) != plan[k])
         if differing:
@@ -164,6 +166,7 @@ async def run_episodes(run: EpisodeRun, baseline: dict[str, Any], counter: Token
         "arms": {a.name: a.admin_patch for a in run.arms},
         "order": ORDER,
         "admission_patch": ADMISSION_PATCH,
+        "arm_admission_patches": {a.name: a.admission_patch for a in run.arms if a.admission_patch},
         "counter": counter.name,
         "client": run.client.public() | {"cache_salt": None},
     }
@@ -174,6 +177,7 @@ async def run_episodes(run: EpisodeRun, baseline: dict[str, Any], counter: Token
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     async with httpx.AsyncClient(limits=limits, timeout=run.client.request_timeout_s) as http:
         restore = await set_admission(http, run.client.base_url, ADMISSION_PATCH, run.admin_token)
+        in_force = ADMISSION_PATCH
         try:
             for episode in range(run.num_episodes):
                 prompts = episode_prompts(run.shape, EPISODE_SEED_BASE + episode, counter)
@@ -184,6 +188,10 @@ async def run_episodes(run: EpisodeRun, baseline: dict[str, Any], counter: Token
                     path = record_path(run.results_dir, episode, arm.name)
                     if path.exists() and read_record(path).error is None:
                         continue  # a failed run is run again
+                    wanted = ADMISSION_PATCH | (arm.admission_patch or {})
+                    if wanted != in_force:
+                        await set_admission(http, run.client.base_url, wanted, run.admin_token)
+                        in_force = wanted
                     record, steps = await _run_one(
                         http, run, baseline, arm, episode, position, prompts, offsets
                     )

@@ -36,6 +36,9 @@ BOUNDED = "dlfp-ct-max-"
 (``max_cap_tokens``, and the initial and fixed caps within it)."""
 FULL = "dlfp-ct-full"
 """``dlfp-ct`` filling every step to its slack (``step_rate_loss`` 0)."""
+SHED = "dlfp-ct-shed"
+"""``dlfp-ct`` with admission's ``no_slack`` shedding on, which every other arm runs
+without (``loop.ADMISSION_PATCH``)."""
 LEN_MARGIN = 64
 """Long prompts are capped at ``max_model_len`` minus this."""
 CAP_SHARE = 0.9
@@ -93,6 +96,8 @@ def arm_patch(name: str, itl_slo_ms: float | None) -> dict[str, Any]:
         return {"controller": "dlfp-ct", "plan": "target"} | extra
     if name == FULL:
         return {"controller": "dlfp-ct", "step_rate_loss": 0.0} | extra
+    if name == SHED:
+        return {"controller": "dlfp-ct"} | extra
     if name.startswith(BOUNDED):
         if not name.removeprefix(BOUNDED).isdigit():
             raise ValueError(f"unknown arm {name!r}: {BOUNDED}<tokens>")
@@ -101,8 +106,14 @@ def arm_patch(name: str, itl_slo_ms: float | None) -> dict[str, Any]:
         return {"controller": "dlfp-ct"} | bounds | extra
     raise ValueError(
         f"unknown arm {name!r}: off, fixed-<tokens>, dlfp, dlfp-ct, {BOUNDED}<tokens>, "
-        f"{FULL}, {TARGET_PLAN} or {SENTINEL}"
+        f"{FULL}, {SHED}, {TARGET_PLAN} or {SENTINEL}"
     )
+
+
+def arm_admission_patch(name: str) -> dict[str, Any] | None:
+    """What the arm ``name`` changes in admission's limits for its runs (None: nothing);
+    only limits that ``loop.ADMISSION_PATCH`` sets, whose values the run restores."""
+    return {"no_slack_check": True} if name == SHED else None
 
 
 async def prefill_probe(

@@ -44,6 +44,9 @@ class Arm:
 
     name: str
     admin_patch: dict[str, Any] | None = None
+    admission_patch: dict[str, Any] | None = None
+    """``PATCH /admin/admission`` for this arm alone, where a benchmark sets admission
+    per arm (``bench episodes``)."""
 
 
 @dataclass(frozen=True)
