@@ -79,7 +79,8 @@ class AdmissionLimits(BaseModel):
     """Turn away requests predicted to miss ttft_slo_ms."""
     no_slack_check: bool = True
     """Refuse new requests (429 no_slack) while most of the controller's planned steps
-    carry no prefill and admitted prompts still wait for theirs."""
+    carry no prefill, streams decode, and admitted prompts that go first still wait for
+    theirs."""
     slo_queue_check: bool = True
     """Also predict the wait for a slot, and refuse a queued request as soon as its wait
     so far plus its prediction exceeds ttft_slo_ms."""
@@ -182,6 +183,8 @@ class Admission:
         self._seq = itertools.count()
         self._pending = PendingPrefills(clock())
         """The prompts admitted but not yet streaming, with what is left of each."""
+        self._num_decoding = 0
+        """Requests past their first token and still streaming."""
         self._num_reserved = 0
         self._reserved: Counter[str] = Counter()
         """Each client's requests in ``reserve()``'s hands."""
@@ -404,7 +407,9 @@ class Admission:
         try:
             yield ticket
         finally:
-            if not ticket._prefilled:
+            if ticket._prefilled:
+                self._num_decoding -= 1
+            else:
                 self._pending_now().remove(pending_key)
             self._active -= num_slots
             self._max_tokens_streaming -= max_tokens
@@ -479,10 +484,17 @@ class Admission:
         if not self.limits.slo_check or ttft_slo_s is None:
             return
         is_behind = self._pending_now().num_before(prefill_tokens, self._shortest_first()) > 0
-        if self.limits.no_slack_check and is_behind and self.zero_prefill_share >= NO_SLACK_SHARE:
+        if (
+            self.limits.no_slack_check
+            and is_behind
+            and self._num_decoding
+            and self.zero_prefill_share >= NO_SLACK_SHARE
+        ):
             # NOTE: the engine already holds admitted prompts back for want of slack; one
             # more only waits behind them. Nothing ahead in the engine's order (under
-            # shortest-first, a chat beside documents): never refused (as below).
+            # shortest-first, a chat beside documents): never refused (as below). No
+            # stream decoding: the share is of steps past (a burst after a lull), and
+            # nothing holds the prompts back now.
             logger.info(
                 "refused: the decodes leave no slack for prefill",
                 extra={
@@ -619,3 +631,4 @@ class Admission:
         if ticket.measured:
             self.ttft_estimate.add(ticket.tokens_ahead, self._clock() - ticket.admitted_s)
         pending.remove(ticket.pending_key)
+        self._num_decoding += 1

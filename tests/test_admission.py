@@ -311,7 +311,12 @@ async def test_an_estimate_learnt_in_a_slow_spell_fades_instead_of_refusing_for_
 async def test_no_slack_sheds_new_requests_only_while_prompts_wait_behind_decodes() -> None:
     admission = Admission(AdmissionLimits(max_concurrent=8))
     admission.zero_prefill_share = 0.8  # the engine's planned steps mostly carry no prefill
-    async with admission.slot(prefill_tokens=500, ttft_slo_s=30.0):  # nothing ahead of it
+    async with (
+        admission.slot(prefill_tokens=500, ttft_slo_s=30.0),  # nothing ahead of it
+        admission.slot(prefill_tokens=20, ttft_slo_s=30.0),  # no stream decoding yet
+        admission.slot(prefill_tokens=20, ttft_slo_s=30.0) as decoding,
+    ):
+        decoding.first_token()  # a stream decodes: the share is of steps that hold prompts
         with pytest.raises(AdmissionRejected) as shed:
             async with admission.slot(prefill_tokens=10, ttft_slo_s=30.0):
                 pass
@@ -326,7 +331,11 @@ async def test_no_slack_sheds_under_shortest_first_only_a_prompt_with_one_ahead(
     it would save no one any wait. A second document waits behind the first: shed."""
     admission = Admission(AdmissionLimits(max_concurrent=8), shortest_first=lambda: True)
     admission.zero_prefill_share = 0.8
-    async with admission.slot(prefill_tokens=1600, ttft_slo_s=30.0):
+    async with (
+        admission.slot(prefill_tokens=20, ttft_slo_s=30.0) as decoding,
+        admission.slot(prefill_tokens=1600, ttft_slo_s=30.0),
+    ):
+        decoding.first_token()
         async with admission.slot(prefill_tokens=60, ttft_slo_s=30.0):
             pass  # admitted: nothing ahead of it in the engine's order
         with pytest.raises(AdmissionRejected) as shed:

@@ -35,6 +35,13 @@ PLOT_IDS = (
     "controller",
     "requests",
 )
+SOCKET_LOST = re.compile(
+    r"^log \(network\): Failed to load resource: net::ERR_[A-Z_]+ \S+/metrics$"
+)
+"""A fetch of /metrics lost at the socket, with no HTTP status (once in a CI run on two
+busy cores: ``net::ERR_SOCKET_NOT_CONNECTED``). Chromium logs it as an error; the
+dashboard shows "disconnected" and fetches again. The tests require that it recovered,
+and that no fetch got an HTTP error, not that the network never dropped one."""
 REFERENCE = re.compile(r"""\b(?:src|href)\s*=\s*["']([^"']*)["']""")
 POINTS_JS = """JSON.stringify(Object.fromEntries([...document.querySelectorAll("[data-points]")]
     .map((e) => [e.id, Number(e.dataset.points)])))"""
@@ -143,7 +150,7 @@ def test_dashboard_tile_shows_each_tenants_use_in_chromium(
         # Done: the slot is back, and the window holds the request and its tokens.
         rows = _wait_for_rows(page, lambda rows: rows[busy][0] == "0" and rows[busy][2] != "0 / 0")
         page.screenshot(ARTIFACTS / f"dashboard-tenants-{len(tenants)}.png")
-        errors = list(page.errors)
+        errors = [e for e in page.errors if not SOCKET_LOST.match(e)]
     assert errors == []
     assert list(rows) == tenants  # the busiest first
     assert rows[busy][2] == "1 / 0"  # ok / shed over the window
@@ -226,9 +233,9 @@ def test_dashboard_draws_live_metrics_in_chromium(
             'Number(document.getElementById("tile-ok").textContent.replace(/,/g, ""))'
         )
         page.screenshot(ARTIFACTS / "dashboard.png")
-        errors = list(page.errors)
+        errors = [e for e in page.errors if not SOCKET_LOST.match(e)]
     assert errors == []
-    assert is_live == "true"
+    assert is_live == "true"  # connected again after any fetch the network lost
     assert num_ok > 0
     for plot_id in (
         "itl-hist",
