@@ -77,10 +77,11 @@ class AdmissionLimits(BaseModel):
     """Longest a request waits for a slot before a 429."""
     slo_check: bool = True
     """Turn away requests predicted to miss ttft_slo_ms."""
-    no_slack_check: bool = True
+    no_slack_check: bool = False
     """Refuse new requests (429 no_slack) while most of the controller's planned steps
     carry no prefill, streams decode, and admitted prompts that go first still wait for
-    theirs."""
+    theirs. Off by default: it refuses prompts the engine would serve within their TTFT
+    objective, which the SLO check admits."""
     slo_queue_check: bool = True
     """Also predict the wait for a slot, and refuse a queued request as soon as its wait
     so far plus its prediction exceeds ttft_slo_ms."""

@@ -309,7 +309,7 @@ async def test_an_estimate_learnt_in_a_slow_spell_fades_instead_of_refusing_for_
 
 
 async def test_no_slack_sheds_new_requests_only_while_prompts_wait_behind_decodes() -> None:
-    admission = Admission(AdmissionLimits(max_concurrent=8))
+    admission = Admission(AdmissionLimits(max_concurrent=8, no_slack_check=True))
     admission.zero_prefill_share = 0.8  # the engine's planned steps mostly carry no prefill
     async with (
         admission.slot(prefill_tokens=500, ttft_slo_s=30.0),  # nothing ahead of it
@@ -329,7 +329,9 @@ async def test_no_slack_sheds_new_requests_only_while_prompts_wait_behind_decode
 async def test_no_slack_sheds_under_shortest_first_only_a_prompt_with_one_ahead() -> None:
     """Under shortest-first a chat goes before a document the decodes hold back: shedding
     it would save no one any wait. A second document waits behind the first: shed."""
-    admission = Admission(AdmissionLimits(max_concurrent=8), shortest_first=lambda: True)
+    admission = Admission(
+        AdmissionLimits(max_concurrent=8, no_slack_check=True), shortest_first=lambda: True
+    )
     admission.zero_prefill_share = 0.8
     async with (
         admission.slot(prefill_tokens=20, ttft_slo_s=30.0) as decoding,
@@ -345,13 +347,15 @@ async def test_no_slack_sheds_under_shortest_first_only_a_prompt_with_one_ahead(
 
 
 async def test_no_slack_check_off_admits_behind_decodes_that_leave_no_slack() -> None:
-    admission = Admission(AdmissionLimits(max_concurrent=8, no_slack_check=False))
+    admission = Admission(AdmissionLimits(max_concurrent=8))  # off by default
     admission.zero_prefill_share = 0.8
     async with (
+        admission.slot(prefill_tokens=20, ttft_slo_s=30.0) as decoding,
         admission.slot(prefill_tokens=500, ttft_slo_s=30.0),
-        admission.slot(prefill_tokens=10, ttft_slo_s=30.0),
     ):
-        pass  # the SLO check alone judges it (no throughput measured yet): admitted
+        decoding.first_token()
+        async with admission.slot(prefill_tokens=10, ttft_slo_s=30.0):
+            pass  # the SLO check alone judges it (no throughput measured yet): admitted
 
 
 async def test_under_shortest_first_a_short_prompt_is_not_predicted_to_wait_behind_a_long_one() -> (

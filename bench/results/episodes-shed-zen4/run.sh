@@ -10,6 +10,7 @@
 # nothing else running: bench/results/episodes-shed-zen4/run.sh. Resumes where it
 # stopped. What was refused, and the TTFTs of what was served:
 # .venv/bin/python bench/results/episodes-shed-zen4/shed.py > bench/results/episodes-shed-zen4/shed.md
+# (made before the records were dropped: DROPPED.md).
 set -euo pipefail
 OUT=bench/results/episodes-shed-zen4
 # shellcheck source=bench/lib.sh
