@@ -58,8 +58,9 @@ logger = logging.getLogger("dlfp.admission")
 SLO_RECHECK_S = 0.25
 """How often a queued request's SLO prediction is checked again."""
 NO_SLACK_SHARE = 0.5
-"""Share of the engine's planned steps carrying no prefill (the decodes left no slack) from
-which a new request is refused while prompts admitted before it still wait for prefill."""
+"""Share of the engine's planned steps carrying no prefill or only a floor's (the decodes
+left no slack) from which ``no_slack_check`` refuses a new request, while streams decode
+and a prompt admitted before it, ahead of it in the engine's order, waits for prefill."""
 
 
 class AdmissionLimits(BaseModel):
@@ -79,9 +80,9 @@ class AdmissionLimits(BaseModel):
     """Turn away requests predicted to miss ttft_slo_ms."""
     no_slack_check: bool = False
     """Refuse new requests (429 no_slack) while most of the controller's planned steps
-    carry no prefill, streams decode, and admitted prompts that go first still wait for
-    theirs. Off by default: it refuses prompts the engine would serve within their TTFT
-    objective, which the SLO check admits."""
+    carry no prefill or only a floor's, streams decode, and admitted prompts that go
+    first still wait for theirs. Off by default: it refuses prompts the engine would
+    serve within their TTFT objective, which the SLO check admits."""
     slo_queue_check: bool = True
     """Also predict the wait for a slot, and refuse a queued request as soon as its wait
     so far plus its prediction exceeds ttft_slo_ms."""
@@ -278,11 +279,24 @@ class Admission:
             return self.prior.fixed_s, self.prior.per_token_s
         return None
 
+    def _prefill_tokens_per_s(self) -> float | None:
+        """The rate the pending prompts are taken to be prefilled at: one over the line's
+        time per token, never faster than the start-up fit's lone prefill; None (no
+        progress counted) without a start-up fit.
+
+        NOTE: the measured line's slope is shrunk toward 0 while its samples are of
+        nearly one size (``TTFTEstimate``); as a rate, that would count every pending
+        prompt done at once. The start-up fit bounds it."""
+        line = self._line()
+        if self.prior is None or line is None:
+            return None
+        per_token_s = max(line[1], self.prior.per_token_s)
+        return 1.0 / per_token_s if per_token_s > 0 else None
+
     def _pending_now(self) -> PendingPrefills:
         """The pending prompts, with the prefill done since the last look counted."""
-        line = self._line()
-        tokens_per_s = 1.0 / line[1] if line is not None and line[1] > 0 else None
-        self._pending.advance(self._clock(), tokens_per_s, self._shortest_first())
+        rate = self._prefill_tokens_per_s()
+        self._pending.advance(self._clock(), rate, self._shortest_first())
         return self._pending
 
     def _pending_before(self, prefill_tokens: int) -> int:
@@ -410,8 +424,7 @@ class Admission:
         finally:
             if ticket._prefilled:
                 self._num_decoding -= 1
-            else:
-                self._pending_now().remove(pending_key)
+            self._pending_now().remove(pending_key)  # NOTE: a second removal is harmless
             self._active -= num_slots
             self._max_tokens_streaming -= max_tokens
             self._prompt_tokens_streaming -= prefill_tokens
@@ -628,8 +641,8 @@ class Admission:
     # --- measurements ---
 
     def _prefill_done(self, ticket: Ticket) -> None:
+        self._num_decoding += 1  # first: ``Ticket._prefilled`` is set, release undoes it
         pending = self._pending_now()  # the progress so far, at the line it was made at
         if ticket.measured:
             self.ttft_estimate.add(ticket.tokens_ahead, self._clock() - ticket.admitted_s)
         pending.remove(ticket.pending_key)
-        self._num_decoding += 1

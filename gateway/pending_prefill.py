@@ -1,8 +1,8 @@
 """The prompts admitted but not yet streaming, and how much of each is left to prefill.
 
 The engine does not report a prompt's progress to the gateway, so it is estimated here:
-between two looks, the prompts have been prefilled at the rate admission's TTFT line
-gives (``1 / per_token_s``), spread in the engine's order. Under shortest-first that is
+between two looks, the prompts have been prefilled at the rate admission gives
+(``Admission._prefill_tokens_per_s``), spread in the engine's order. Under shortest-first that is
 the smallest remaining first, as vLLM's capped steps order their candidates by
 ``remaining_tokens`` (``engine_worker.engine_core.prefill_order``); otherwise it is
 admission order, vLLM's own.
@@ -41,7 +41,9 @@ class PendingPrefills:
     def advance(self, now_s: float, tokens_per_s: float | None, shortest_first: bool) -> None:
         """Count the prefill done since the last call: ``tokens_per_s`` times the seconds
         passed, given out in the engine's order. No rate, no progress."""
-        elapsed_s = max(0.0, now_s - self._updated_s)
+        elapsed_s = now_s - self._updated_s
+        if elapsed_s <= 0:
+            return  # NOTE: no sort for the many looks of one moment (queued rechecks)
         self._updated_s = now_s
         if not tokens_per_s or not self._prompts:
             return

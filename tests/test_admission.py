@@ -404,3 +404,44 @@ async def test_a_prompt_under_way_counts_ahead_by_what_is_left_of_it() -> None:
         assert admission.predicted_ttft_s(1300, 0) == pytest.approx(0.05 + per_token_s * 1300)
         async with admission.slot(prefill_tokens=1600, ttft_slo_s=30.0) as ticket:
             assert ticket.tokens_ahead == left + 1600
+
+
+async def test_progress_is_never_counted_faster_than_the_start_up_fits_lone_prefill() -> None:
+    """Samples of one size shrink the measured line's slope toward 0; as a rate that would
+    count every pending prompt done at once. The start-up fit bounds it; without one, no
+    progress is counted."""
+    clock = FakeClock()
+    admission = Admission(AdmissionLimits(max_concurrent=8, min_slo_samples=2), clock=clock)
+    for _ in range(4):  # one size, one time: all of it fixed latency, no time per token
+        async with admission.slot(prefill_tokens=1000, ttft_slo_s=100.0) as ticket:
+            clock.now += 5.0
+            ticket.first_token()
+    assert admission.ttft_estimate.line()[1] < 1e-3
+    async with admission.slot(prefill_tokens=1000, ttft_slo_s=100.0):
+        clock.now += 1.0
+        async with admission.slot(prefill_tokens=1000, ttft_slo_s=100.0) as second:
+            assert second.tokens_ahead == 2000  # no start-up fit: no progress counted
+    admission.prior = StartupPrior(
+        fixed_s=0.05, per_token_s=0.002, decode_base_s=0.03, decode_per_stream_s=0.001
+    )
+    async with admission.slot(prefill_tokens=1000, ttft_slo_s=100.0):
+        clock.now += 1.0  # 500 tokens at the fit's lone prefill, not all 1,000
+        async with admission.slot(prefill_tokens=1000, ttft_slo_s=100.0) as second:
+            assert second.tokens_ahead == 500 + 1000
+
+
+async def test_a_stream_that_ends_no_longer_counts_as_decoding() -> None:
+    admission = Admission(AdmissionLimits(max_concurrent=8, no_slack_check=True))
+    admission.zero_prefill_share = 0.8
+    for _ in range(2):
+        async with admission.slot(prefill_tokens=20, ttft_slo_s=30.0) as ticket:
+            ticket.first_token()
+    with contextlib.suppress(asyncio.CancelledError):
+        async with admission.slot(prefill_tokens=20, ttft_slo_s=30.0) as ticket:
+            ticket.first_token()
+            raise asyncio.CancelledError  # the client went away mid-stream
+    async with (
+        admission.slot(prefill_tokens=500, ttft_slo_s=30.0),
+        admission.slot(prefill_tokens=10, ttft_slo_s=30.0),
+    ):
+        pass  # nothing decodes: not shed, though a prompt is ahead of it
