@@ -9,8 +9,10 @@
 # conditions are episodes-slack-zen4's (same machine). Run from the repository root, with
 # nothing else running: bench/results/episodes-shed-zen4/run.sh. Resumes where it
 # stopped. What was refused, and the TTFTs of what was served:
-# .venv/bin/python bench/results/episodes-shed-zen4/shed.py > bench/results/episodes-shed-zen4/shed.md
-# (made before the records were dropped: DROPPED.md).
+# .venv/bin/python bench/results/episodes-shed-zen4/shed.py <folder> > bench/results/episodes-shed-zen4/shed.md
+# where <folder> holds the records (dropped from this one: DROPPED.md), e.g.
+# git archive 9ee9139 bench/results/episodes-shed-zen4 | tar -x -C /tmp/shed, then
+# <folder> is /tmp/shed/bench/results/episodes-shed-zen4.
 set -euo pipefail
 OUT=bench/results/episodes-shed-zen4
 # shellcheck source=bench/lib.sh
