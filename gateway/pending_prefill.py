@@ -69,19 +69,22 @@ class PendingPrefills:
         return math.ceil(sum(p.remaining_tokens for p in self._prompts.values()))
 
     def tokens_before(self, tokens: int, shortest_first: bool) -> int:
-        """The tokens left to prefill before a prompt of ``tokens`` gets its own: all of
-        them, or under shortest-first those of prompts with no more than ``tokens`` left
-        (an equal one arrived earlier and goes first)."""
-        if not shortest_first:
-            return self.total_tokens()
-        left = (p.remaining_tokens for p in self._prompts.values())
-        return math.ceil(sum(r for r in left if r <= tokens))
+        """The tokens left to prefill before a prompt of ``tokens`` gets its own."""
+        left = self._before(tokens, shortest_first)
+        return math.ceil(sum(p.remaining_tokens for p in left))
 
     def num_before(self, tokens: int, shortest_first: bool) -> int:
-        """How many prompts go before a new one of ``tokens`` (``tokens_before``'s)."""
+        """How many prompts go before a new one of ``tokens``."""
+        return len(self._before(tokens, shortest_first))
+
+    def _before(self, tokens: int, shortest_first: bool) -> list[_Prompt]:
+        """The prompts served before a new one of ``tokens``: all of them, or under
+        shortest-first those with no more than ``tokens`` left (an equal one arrived
+        earlier and goes first)."""
+        prompts = self._prompts.values()
         if not shortest_first:
-            return len(self._prompts)
-        return sum(p.remaining_tokens <= tokens for p in self._prompts.values())
+            return list(prompts)
+        return [p for p in prompts if p.remaining_tokens <= tokens]
 
     def _in_order(self, shortest_first: bool) -> list[_Prompt]:
         prompts = list(self._prompts.values())  # admission order: the dict keeps it

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -326,6 +327,20 @@ async def test_no_slack_sheds_new_requests_only_while_prompts_wait_behind_decode
             pass
 
 
+@contextlib.asynccontextmanager
+async def _a_stream_decoding_beside(
+    admission: Admission, prefill_tokens: int
+) -> AsyncIterator[None]:
+    """A stream past its first token, and a prompt of ``prefill_tokens`` admitted after it
+    and still waiting for its own."""
+    async with (
+        admission.slot(prefill_tokens=20, ttft_slo_s=30.0) as decoding,
+        admission.slot(prefill_tokens=prefill_tokens, ttft_slo_s=30.0),
+    ):
+        decoding.first_token()
+        yield
+
+
 async def test_no_slack_sheds_under_shortest_first_only_a_prompt_with_one_ahead() -> None:
     """Under shortest-first a chat goes before a document the decodes hold back: shedding
     it would save no one any wait. A second document waits behind the first: shed."""
@@ -333,11 +348,7 @@ async def test_no_slack_sheds_under_shortest_first_only_a_prompt_with_one_ahead(
         AdmissionLimits(max_concurrent=8, no_slack_check=True), shortest_first=lambda: True
     )
     admission.zero_prefill_share = 0.8
-    async with (
-        admission.slot(prefill_tokens=20, ttft_slo_s=30.0) as decoding,
-        admission.slot(prefill_tokens=1600, ttft_slo_s=30.0),
-    ):
-        decoding.first_token()
+    async with _a_stream_decoding_beside(admission, 1600):
         async with admission.slot(prefill_tokens=60, ttft_slo_s=30.0):
             pass  # admitted: nothing ahead of it in the engine's order
         with pytest.raises(AdmissionRejected) as shed:
@@ -350,12 +361,10 @@ async def test_no_slack_check_off_admits_behind_decodes_that_leave_no_slack() ->
     admission = Admission(AdmissionLimits(max_concurrent=8))  # off by default
     admission.zero_prefill_share = 0.8
     async with (
-        admission.slot(prefill_tokens=20, ttft_slo_s=30.0) as decoding,
-        admission.slot(prefill_tokens=500, ttft_slo_s=30.0),
+        _a_stream_decoding_beside(admission, 500),
+        admission.slot(prefill_tokens=10, ttft_slo_s=30.0),
     ):
-        decoding.first_token()
-        async with admission.slot(prefill_tokens=10, ttft_slo_s=30.0):
-            pass  # the SLO check alone judges it (no throughput measured yet): admitted
+        pass  # the SLO check alone judges it (no throughput measured yet): admitted
 
 
 async def test_under_shortest_first_a_short_prompt_is_not_predicted_to_wait_behind_a_long_one() -> (
