@@ -195,8 +195,9 @@ def test_a_budget_under_the_floor_that_would_miss_a_ttft_deadline_goes_at_the_fl
 @pytest.mark.parametrize(
     ("under_floor", "prefill_order", "rate"),
     [
-        # 1,000 tokens due in 25 s: 40 a second; the prompt out of reach (2,000 tokens,
-        # 20 s alone, 1 s left) is left out.
+        # 1,000 tokens due in 25 s: 40 a second (paced to 1.5 s, 5% of 30 s, before it:
+        # 1,000 in 23.5 s); the prompt out of reach (2,000 tokens, 20 s alone, 1 s left)
+        # is left out.
         (True, "srpf", 40.0),
         (False, "srpf", None),  # the latest budget was not under the floor: not read
         (True, "fcfs", None),  # no TTFT classes under fcfs: not read
@@ -216,5 +217,7 @@ def test_the_ttft_deadlines_rate_is_read_only_after_a_budget_under_the_floor(
     scheduler._prefill_candidates(now)
     if rate is None:
         assert scheduler._ttft_needed_rate is None
+        assert scheduler._ttft_paced_rate is None
     else:
         assert scheduler._ttft_needed_rate == pytest.approx(rate, rel=1e-3)
+        assert scheduler._ttft_paced_rate == pytest.approx(1000 / 23.5, rel=1e-3)

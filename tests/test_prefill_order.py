@@ -14,7 +14,13 @@ import pytest
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from engine_worker.contract.dlfp_config import ControllerMode, DLFPConfig, PrefillOrder
-from engine_worker.engine_core.prefill_order import MAX_HELD_STEPS, Candidate, needed_rate, select
+from engine_worker.engine_core.prefill_order import (
+    MAX_HELD_STEPS,
+    Candidate,
+    needed_rate,
+    paced_deadline,
+    select,
+)
 from engine_worker.engine_core.scheduler import DLFPAsyncScheduler, DLFPScheduler
 from tests.scheduler_helpers import make_request, run_step
 from tests.test_scheduler import decoding_ids
@@ -134,3 +140,20 @@ def test_the_rate_the_ttft_deadlines_need_is_edfs(
     deadlines: list[tuple[float, int]], rate: float
 ) -> None:
     assert needed_rate(deadlines, 0.0) == pytest.approx(rate)
+
+
+@pytest.mark.parametrize(
+    ("deadline_s", "now_s", "paced_s"),
+    [
+        # 5% of a 30 s objective before the deadline.
+        (30.0, 0.0, 28.5),
+        (30.0, 28.0, 28.5),
+        # Once the guard is behind, the deadline itself is what is left.
+        (30.0, 29.0, 30.0),
+        (30.0, 31.0, 30.0),
+    ],
+)
+def test_a_prompt_is_paced_to_a_guard_before_its_ttft_deadline(
+    deadline_s: float, now_s: float, paced_s: float
+) -> None:
+    assert paced_deadline(deadline_s, 30.0, now_s) == pytest.approx(paced_s)

@@ -31,6 +31,7 @@ from engine_worker.engine_core.prefill_order import (
     OUT_OF_REACH,
     candidates_in_order,
     needed_rate,
+    paced_deadline,
 )
 from tests.cap_params import cap_params
 from tests.fake_clock import FakeClock
@@ -52,6 +53,7 @@ class Run:
     oracle: list[int] = field(default_factory=list)
     """What the plant's true slack allows each step, at the same tail quantile."""
     late: list[bool] = field(default_factory=list)
+    step_s: list[float] = field(default_factory=list)
     outlier: list[bool] = field(default_factory=list)
     floor: list[bool] = field(default_factory=list)
     """Whether the plan sent a floor step (``min_cap_tokens``)."""
@@ -126,7 +128,7 @@ def serve(
         for name, (arrival, _) in prompts.items():
             if arrival == step:
                 arrival_s[name] = clock()
-        at_risk, needed = _ttft_reading(
+        at_risk, needed, paced = _ttft_reading(
             controller, prompts, computed, arrival_s, clock(), ttft_slo_s
         )
         deadlines_s = {name: s + (ttft_slo_s or 0.0) for name, s in arrival_s.items()}
@@ -156,6 +158,7 @@ def serve(
             if ttft_slo_s is not None and waiting and waiting[0] in at_risk
             else None,
             ttft_needed_rate=needed,
+            ttft_paced_rate=paced,
         )
         left = sum(remaining for _, remaining in candidates) if cap is None else cap
         num_prefill, attention = 0, 0.0
@@ -181,6 +184,7 @@ def serve(
             oracle_tokens(plant, candidates[0][0], step, itl_slo_s, context) if candidates else 0
         )
         run.late.append(seconds > itl_slo_s)
+        run.step_s.append(seconds)
         run.outlier.append(seconds > 1.9 * exact_s)
         run.floor.append(controller._deadline_plan.num_floor_steps > num_floor_steps)
     return run
@@ -193,17 +197,18 @@ def _ttft_reading(
     arrival_s: dict[str, float],
     now_s: float,
     ttft_slo_s: float | None,
-) -> tuple[set[str], float | None]:
+) -> tuple[set[str], float | None, float | None]:
     """As ``prefill_selection`` reads the prompts' TTFT deadlines: those the slack's rate
     would not finish by theirs (and a lone prefill would), and, where the plan asks
-    (``reads_ttft_rate``), the rate the reachable ones need served earliest deadline first
-    (None where it does not)."""
+    (``reads_ttft_rate``), the rate the reachable ones need served earliest deadline first,
+    to their deadlines and to their paced ones (None where it does not)."""
     rate = controller.slack_rate_tokens_per_s()
     rates = controller.prefill_rates()
     if ttft_slo_s is None or rate is None or rates is None:
-        return set(), None
+        return set(), None, None
     at_risk = set()
-    reachable: list[tuple[float, int]] | None = [] if controller.reads_ttft_rate() else None
+    reachable: list[tuple[float, int]] = []
+    paced: list[tuple[float, int]] = []
     for name, started_s in arrival_s.items():
         remaining = prompts[name][1] - computed[name]
         left_s = started_s + ttft_slo_s - now_s
@@ -212,9 +217,11 @@ def _ttft_reading(
             continue
         if left_s < remaining / rate:
             at_risk.add(name)
-        if reachable is not None:
-            reachable.append((started_s + ttft_slo_s, remaining))
-    return at_risk, None if reachable is None else needed_rate(reachable, now_s)
+        reachable.append((started_s + ttft_slo_s, remaining))
+        paced.append((paced_deadline(started_s + ttft_slo_s, ttft_slo_s, now_s), remaining))
+    if not controller.reads_ttft_rate():
+        return at_risk, None, None
+    return at_risk, needed_rate(reachable, now_s), needed_rate(paced, now_s)
 
 
 LONG = {"long": (0, 10**6)}
@@ -793,4 +800,50 @@ def test_a_prompt_the_slack_rate_would_hold_past_its_deadline_goes_at_the_floor(
     assert sum(planned.late[:num_steps]) < sum(tightest.late[:tightest_steps])
     monkeypatch.setattr(PrefillCapController, "reads_ttft_rate", lambda self: False)
     control = run(FAST_DECODE)
+    assert control.ttft_s.get("second", math.inf) > 30.0, control.ttft_s
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_where_the_objective_is_lost_the_floor_paces_to_the_ttft_deadlines(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 60 ms no static cap holds the streams' objective (a floor step takes some 77 ms):
+    the plan's steps go at the floor, the tightest static cap's rate, which would hold the
+    second of two 1,800-token prompts past its 30 s objective. The floor steps carry the
+    tokens the prompts' deadlines need instead, sized to end within twice the objective at
+    the plan's tail quantile (on this plant, with 10% noise, 1-2% of them end later): both
+    prompts come within it, sooner than under `fixed-8`. Without the pace (the control) the
+    second waits past it."""
+    prompts = {"first": (5, 1800), "second": (25, 1800)}
+
+    def run(fixed_cap: int | None = None) -> Run:
+        return serve(
+            replace(FAST_DECODE),
+            prompts,
+            num_steps=1000,
+            seed=seed,
+            fixed_cap=fixed_cap,
+            ttft_slo_s=30.0,
+            itl_slo_s=0.06,
+        )
+
+    tightest = run(fixed_cap=8)
+    tightest_steps = max(tightest.first_token_step.values())
+    assert sum(tightest.late[:tightest_steps]) > 0.5 * tightest_steps
+    assert tightest.ttft_s["second"] > 30.0, tightest.ttft_s
+    planned = run()
+    assert planned.controller is not None
+    assert planned.controller._deadline_plan.num_paced_steps > 100
+    assert max(planned.ttft_s.values()) <= 30.0, planned.ttft_s
+    for name in prompts:
+        assert planned.ttft_s[name] <= tightest.ttft_s[name], (planned.ttft_s, tightest.ttft_s)
+    num_steps = max(planned.first_token_step.values())
+    within = [
+        s <= 2 * 0.06
+        for s, outlier in zip(planned.step_s[:num_steps], planned.outlier, strict=False)
+        if not outlier
+    ]
+    assert sum(within) >= 0.97 * len(within), (len(within), sum(within))
+    monkeypatch.setattr(DeadlinePlan, "_paced_tokens", lambda self, c, least, *args: least)
+    control = run()
     assert control.ttft_s.get("second", math.inf) > 30.0, control.ttft_s

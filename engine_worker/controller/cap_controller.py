@@ -142,6 +142,7 @@ class PrefillCapController(StepEvents):
             num_planned_steps=plan.num_planned_steps,
             num_boost_steps=plan.num_boost_steps,
             num_knee_steps=plan.num_knee_steps,
+            num_paced_steps=plan.num_paced_steps,
             num_deadline_steps=plan.num_deadline_steps,
             num_deadline_misses=plan.num_deadline_misses,
             observation_in_force=self._observation_in_force

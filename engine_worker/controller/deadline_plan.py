@@ -21,7 +21,10 @@ late): trickling fewer tokens keeps no gap within it, and only delays the prompt
 does one whose first candidate's last token will not fit (its end takes floor steps
 however it starts), where floor steps would finish it within ``ttft_slo_ms``; and one
 whose budget's rate falls short of the rate the prompts' TTFT deadlines need
-(``ttft_needed_rate``). All count as load to shed for admission. A prefill past its TTFT
+(``ttft_needed_rate``). All count as load to shed for admission. Where the objective is
+lost or leaves no slack, a floor step carries more than ``min_cap_tokens`` where the
+prompts' TTFT deadlines, each less a guard, need a faster rate, within a step that ends by
+twice the objective (``_paced_tokens``). A prefill past its TTFT
 deadline is not forced beyond the slack: it goes on at the slack's rate. A step that
 completes prefills ends with them (see ``DeadlinePlan.plan``). A prefill at risk of its
 TTFT deadline may go beyond the slack where the steps it needs fit the overrun allowance
@@ -114,6 +117,9 @@ class DeadlinePlan:
         self.num_boost_steps = 0
         self.num_knee_steps = 0
         """Steps whose prefill the plan cut to the knee of its rate (``step_rate_loss``)."""
+        self.num_paced_steps = 0
+        """Floor steps (``no_slack``, ``objective_lost``) that carried more than
+        ``min_cap_tokens`` for the rate the prompts' TTFT deadlines need (``_paced_tokens``)."""
         self._late: deque[bool] = deque(maxlen=OVERRUN_WINDOW)
         self._num_late = 0
         """Late steps in ``_late``."""
@@ -241,6 +247,7 @@ class DeadlinePlan:
         head_ttft_left_s: float | None = None,
         own_deadlines: Sequence[tuple[int, float]] = (),
         ttft_needed_rate: float | None = None,
+        ttft_paced_rate: float | None = None,
     ) -> Deadline:
         """The step's cap: the tokens the slack allows, 0 where not one fits.
 
@@ -253,6 +260,12 @@ class DeadlinePlan:
         the gaps as that cap would. The rate is read one step late (the scheduler reads it
         once a budget was under the floor, ``is_under_floor``). Prompts out of reach or
         already past their deadline are not in it: they go on at the slack's rate.
+
+        ``ttft_paced_rate``: the same rate to each deadline less its guard
+        (``prefill_order.paced_deadline``). A floor step for ``FLOOR_NO_SLACK`` or
+        ``FLOOR_LOST`` carries the fewest tokens whose rate meets it, within a step that
+        ends by twice the objective (``_paced_tokens``): the streams' objective is out of
+        reach there, and the prompts' TTFT objectives are not.
 
         ``ttft_overdue`` (a candidate is past its TTFT deadline) is counted, not acted
         on: such a prefill goes on at the slack's rate, never forced beyond it.
@@ -318,6 +331,20 @@ class DeadlinePlan:
             if floor_reason is not None:
                 cap, attention = floor_tokens, 0.0
                 self.num_floor_steps += 1
+                if floor_reason in (FLOOR_NO_SLACK, FLOOR_LOST) and ttft_paced_rate:
+                    paced = self._paced_tokens(
+                        candidates,
+                        floor_tokens,
+                        room_s + self._planned(itl_slo_s),
+                        limit,
+                        margin,
+                        decode_s,
+                        host_s,
+                        ttft_paced_rate,
+                    )
+                    if paced > floor_tokens:
+                        cap, attention = plan_prefill(candidates, paced)
+                        self.num_paced_steps += 1
             self.slack_rate_tokens_per_s = self._rate_tokens_per_s(cap, attention, decode_s, host_s)
             if floor_reason is not None:
                 return Deadline(
@@ -390,6 +417,43 @@ class DeadlinePlan:
             rate = self._rate_tokens_per_s(cap, attention, decode_s, self.host_s())
             return FLOOR_TTFT if rate < ttft_needed_rate else None
         return None
+
+    def _paced_tokens(
+        self,
+        candidates: Sequence[tuple[int, int]],
+        least: int,
+        bound_s: float,
+        limit: int,
+        margin: float,
+        decode_s: float,
+        host_s: float,
+        needed_rate: float,
+    ) -> int:
+        """The tokens of a floor step where the streams' objective is lost or leaves no
+        slack: the fewest, at least ``least``, whose rate (``_rate_tokens_per_s``) meets
+        ``needed_rate``, the rate the prompts' TTFT deadlines need to their guards before
+        them; at most those whose increment times ``margin`` fits ``bound_s`` (a step that
+        starts right after the binding stream's token and ends within twice its objective)
+        and ``limit``. Equation in docs/scheduler.md, "Deadline plan"."""
+        most = min(self.slack.budget_tokens(bound_s, candidates, margin)[0], limit)
+        if most <= least:
+            return least
+
+        def rate(tokens: int) -> float:
+            return self._rate_tokens_per_s(*plan_prefill(candidates, tokens), decode_s, host_s)
+
+        if rate(least) >= needed_rate:
+            return least
+        if rate(most) < needed_rate:
+            return most
+        low, high = least, most  # rate(low) < needed_rate <= rate(high)
+        while high - low > 1:
+            middle = (low + high) // 2
+            if rate(middle) >= needed_rate:
+                high = middle
+            else:
+                low = middle
+        return high
 
     def _knee_tokens(self, tokens: int, attention: float, base_s: float, least: int) -> int:
         """The fewest prefill tokens whose rate beside ``base_s`` of decodes and host is at

@@ -248,6 +248,10 @@ class ControllerState:
     num_knee_steps: int = 0
     """Deadline plan: steps whose prefill it cut to the fewest tokens within
     ``step_rate_loss`` of the slack's rate, so that they end sooner."""
+    num_paced_steps: int = 0
+    """Deadline plan: floor steps, where the streams' objective was lost or left no slack,
+    that carried more than ``min_cap_tokens`` for the rate the prompts' TTFT deadlines
+    need, within twice the objective."""
     num_deadline_steps: int = 0
     """Completed steps planned to a stream deadline."""
     num_deadline_misses: int = 0

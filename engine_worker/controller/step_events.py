@@ -55,6 +55,7 @@ class StepEvents:
         ttft_overdue: bool = False,
         head_ttft_left_s: float | None = None,
         ttft_needed_rate: float | None = None,
+        ttft_paced_rate: float | None = None,
     ) -> int | None:
         """Before ``schedule()``: the prefill cap for this step, None for no cap, 0 for
         no prefill at all.
@@ -69,7 +70,8 @@ class StepEvents:
         ``ttft_overdue``, whether a candidate is past its TTFT deadline, and
         ``head_ttft_left_s``, the time left to the first one's where the slack's rate
         would miss it (else None), and ``ttft_needed_rate``, the prefill rate that meets
-        every candidate's TTFT deadline (``DeadlinePlan.plan``; None: not read).
+        every candidate's TTFT deadline, and ``ttft_paced_rate``, the rate that meets each
+        less its guard (``DeadlinePlan.plan``; None: not read).
         """
         now_s = self._now(now_s)
         previous = self._timeline.close_interval(now_s)
@@ -98,6 +100,7 @@ class StepEvents:
                     head_ttft_left_s,
                     own_deadlines,
                     ttft_needed_rate,
+                    ttft_paced_rate,
                 )
                 cap, is_planned = deadline.cap_tokens, True
             elif candidates and self._is_planning and not self._params.plans_deadlines:

@@ -180,6 +180,21 @@ def srpf_order(
     return order
 
 
+TTFT_GUARD_SHARE = 0.05
+"""The share of a prompt's TTFT objective the rate its deadline needs leaves unplanned
+(``paced_deadline``): the rate is read again every step, so a pace to the deadline itself
+would end at it, and the first token still has its last step and its way to the client
+ahead."""
+
+
+def paced_deadline(deadline_s: float, objective_s: float, now_s: float) -> float:
+    """The deadline ``needed_rate`` paces a prompt to: ``TTFT_GUARD_SHARE`` of its TTFT
+    objective ``objective_s`` before ``deadline_s``, or ``deadline_s`` itself once that is
+    behind ``now_s`` (the prompt is late on its pace, and its deadline is what is left)."""
+    paced_s = deadline_s - TTFT_GUARD_SHARE * objective_s
+    return paced_s if paced_s > now_s else deadline_s
+
+
 def needed_rate(deadlines: Iterable[tuple[float, int]], now_s: float) -> float:
     """The prefill rate (tokens/s) that meets every TTFT deadline in ``deadlines``,
     ``(deadline_s, remaining_tokens)`` pairs, served earliest deadline first: the largest

@@ -17,6 +17,7 @@ from engine_worker.engine_core.prefill_order import (
     OUT_OF_REACH,
     Candidate,
     needed_rate,
+    paced_deadline,
     prefill_candidates,
     srpf_order,
     vllm_order,
@@ -41,6 +42,8 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
     _ttft_needed_rate: float | None = None
     """The prefill rate that meets the latest candidates' TTFT deadlines, earliest first,
     those out of reach left out (``prefill_order.needed_rate``; None: not read)."""
+    _ttft_paced_rate: float | None = None
+    """The same rate to each deadline less its guard (``prefill_order.paced_deadline``)."""
     _own_objectives: dict[str, OwnObjectives]
     """Each live request's own objectives by id (set by ``DLFPSchedulerMixin``)."""
 
@@ -67,7 +70,7 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         candidates = prefill_candidates([r for r in running if r.is_prefill_chunk], waiting)
         deadlines: list[float] = []
         classes: dict[str, tuple[int, float]] = {}
-        self._ttft_needed_rate = None
+        self._ttft_needed_rate = self._ttft_paced_rate = None
         if now_unix_s:
             deadlines, classes = self._ttft_deadlines(candidates, now_unix_s, srpf)
         self._earliest_deadline_s = min(deadlines, default=None)
@@ -113,15 +116,16 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         classes: dict[str, tuple[int, float]] = {}
         # NOTE: only where the plan's budget was under the floor (the rate is read there,
         # ``DeadlinePlan.plan``): a sort a step is not paid where the slack is wide.
-        reachable: list[tuple[float, int]] | None = (
-            [] if rates and self.dlfp_controller.reads_ttft_rate() else None
-        )
+        reads_rate = bool(rates) and self.dlfp_controller.reads_ttft_rate()
+        reachable: list[tuple[float, int]] = []
+        paced: list[tuple[float, int]] = []
         for request, computed, remaining, _ in candidates:
             entry = objectives.get(request.request_id)
             if entry is None or entry[0] is not request:
                 entry = self._objectives_of(request)
             own_ms = entry[1]
-            deadline_s = request.arrival_time + (default_s if own_ms is None else own_ms / 1000.0)
+            objective_s = default_s if own_ms is None else own_ms / 1000.0
+            deadline_s = request.arrival_time + objective_s
             deadlines.append(deadline_s)
             if rates is None:
                 continue
@@ -132,9 +136,12 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
                 continue
             if slack_rate is not None and left_s * slack_rate < remaining:
                 classes[request.request_id] = (AT_RISK, deadline_s)
-            if reachable is not None:
+            if reads_rate:
                 reachable.append((deadline_s, remaining))
-        self._ttft_needed_rate = None if reachable is None else needed_rate(reachable, now_unix_s)
+                paced.append((paced_deadline(deadline_s, objective_s, now_unix_s), remaining))
+        if reads_rate:
+            self._ttft_needed_rate = needed_rate(reachable, now_unix_s)
+            self._ttft_paced_rate = needed_rate(paced, now_unix_s)
         return deadlines, classes
 
     def _objectives_of(self, request: Request) -> OwnObjectives:

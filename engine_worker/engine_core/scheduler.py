@@ -110,6 +110,7 @@ class DLFPSchedulerMixin(  # type: ignore[misc, unused-ignore]
             ttft_overdue=plans_deadlines and self._is_ttft_overdue(candidates, now_unix_s),
             head_ttft_left_s=self._head_ttft_left_s(candidates, now_unix_s),
             ttft_needed_rate=self._ttft_needed_rate if candidates else None,
+            ttft_paced_rate=self._ttft_paced_rate if candidates else None,
         )
         if cap_tokens is None or not has_prefills:
             cap_tokens = None
