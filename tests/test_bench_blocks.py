@@ -124,7 +124,9 @@ def test_blocks_discard_the_first_fifth_of_each_block_as_warm_up(
     table = capsys.readouterr().out
     assert table.startswith(line) and "lone decode step ms, by block |" in table
     assert "- `off` capacity by block: 9001: >= 200, 9002: >= 200" in table
-    assert "| off | >= 200 | 200 | 48 | 100% |" in table
+    # The row's goodput is left out: the fake server's replies are timed on a loaded
+    # machine, and one slow reply takes it under 100% while the capacity holds.
+    assert "| off | >= 200 | 200 | 48 | " in table
 
 
 @pytest.mark.parametrize("gauge", DRAIN_GAUGES)

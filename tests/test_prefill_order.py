@@ -147,13 +147,18 @@ def test_the_rate_the_ttft_deadlines_need_is_edfs(
     [
         # 5% of a 30 s objective before the deadline.
         (30.0, 0.0, 28.5),
-        (30.0, 28.0, 28.5),
-        # Once the guard is behind, the deadline itself is what is left.
-        (30.0, 29.0, 30.0),
-        (30.0, 31.0, 30.0),
+        (30.0, 27.0, 28.5),
+        # Within twice the guard of it, half the time left.
+        (30.0, 28.0, 29.0),
+        (30.0, 29.0, 29.5),
+        # Past the deadline, past too.
+        (30.0, 31.0, 30.5),
     ],
 )
 def test_a_prompt_is_paced_to_a_guard_before_its_ttft_deadline(
     deadline_s: float, now_s: float, paced_s: float
 ) -> None:
     assert paced_deadline(deadline_s, 30.0, now_s) == pytest.approx(paced_s)
+    assert needed_rate([(paced_deadline(deadline_s, 30.0, now_s), 100)], now_s) == (
+        pytest.approx(100 / (paced_s - now_s)) if deadline_s > now_s else 0.0
+    )

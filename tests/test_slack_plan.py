@@ -26,6 +26,7 @@ from engine_worker.controller.deadline_plan import (
     FLOOR_TTFT,
     DeadlinePlan,
 )
+from engine_worker.controller.modes import ControllerMode
 from engine_worker.engine_core.prefill_order import (
     AT_RISK,
     OUT_OF_REACH,
@@ -117,7 +118,11 @@ def serve(
     params = replace(PARAMS, itl_slo_ms=itl_slo_s * 1000.0)
     if fixed_cap is not None:
         params = replace(
-            params, controller="fixed", fixed_cap_tokens=fixed_cap, min_cap_tokens=1, step_tokens=1
+            params,
+            controller=ControllerMode.FIXED,
+            fixed_cap_tokens=fixed_cap,
+            min_cap_tokens=1,
+            step_tokens=1,
         )
     controller = PrefillCapController(params, clock=clock, wall_clock=clock)
     prefit(controller, plant, random.Random(seed + 1), context)

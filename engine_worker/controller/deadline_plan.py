@@ -85,7 +85,8 @@ class Deadline:
     """Whether the step carries ``min_cap_tokens`` because the objective leaves no slack
     beside the decodes' own tail, is lost (``DeadlinePlan.objective_lost``), or will leave
     none at the first prompt's end (``DeadlinePlan._end_lacks_slack``), or because the
-    slack's rate would hold a prompt past its TTFT deadline."""
+    slack's rate would hold a prompt past its TTFT deadline; for the first two, more where
+    the prompts' TTFT deadlines need it (``DeadlinePlan._paced_tokens``)."""
     floor_reason: str | None = None
     """Which of those sent a floor step, the first that holds (``FLOOR_NO_SLACK``,
     ``FLOOR_LOST``, ``FLOOR_END``, ``FLOOR_TTFT``); None for any other step."""
@@ -104,8 +105,9 @@ class DeadlinePlan:
         self.num_zero_prefill_steps = 0
         self.num_floor_steps = 0
         self.slack_rate_tokens_per_s: float | None = None
-        """Prefill tokens a second at the latest deadline-bound step's budget, in the time
-        a prompt waits for its steps (``_rate_tokens_per_s``)."""
+        """Prefill tokens a second at the latest deadline-bound step's budget (a floor
+        step's tokens, paced or not, where it went at the floor), in the time a prompt
+        waits for its steps (``_rate_tokens_per_s``)."""
         self.is_under_floor = False
         """Whether the latest planned step's slack budget was under ``min_cap_tokens``
         (the scheduler then reads the rate its prompts' TTFT deadlines need)."""
@@ -430,17 +432,22 @@ class DeadlinePlan:
         needed_rate: float,
     ) -> int:
         """The tokens of a floor step where the streams' objective is lost or leaves no
-        slack: the fewest, at least ``least``, whose rate (``_rate_tokens_per_s``) meets
-        ``needed_rate``, the rate the prompts' TTFT deadlines need to their guards before
-        them; at most those whose increment times ``margin`` fits ``bound_s`` (a step that
-        starts right after the binding stream's token and ends within twice its objective)
-        and ``limit``. Equation in docs/scheduler.md, "Deadline plan"."""
+        slack: the fewest, at least ``least``, whose rate with the increment at its margin,
+        ``R / (D + m I(R) + host)``, meets ``needed_rate``, the rate the prompts' TTFT
+        deadlines need to their guards before them; at most those whose increment times
+        ``margin`` fits ``bound_s`` (a step that starts right after the binding stream's
+        token and ends within twice its objective) and ``limit``. The margin, not the mean:
+        floor steps teach the fit nothing, so its error stays in them. The search takes the
+        rate to rise with the tokens, as it does while the decodes' time exceeds the
+        attention's quadratic part (the bound keeps the step short). Equation in
+        docs/scheduler.md, "Deadline plan"."""
         most = min(self.slack.budget_tokens(bound_s, candidates, margin)[0], limit)
         if most <= least:
             return least
 
         def rate(tokens: int) -> float:
-            return self._rate_tokens_per_s(*plan_prefill(candidates, tokens), decode_s, host_s)
+            tokens, attention = plan_prefill(candidates, tokens)
+            return tokens / (decode_s + margin * self.slack.increment_s(tokens, attention) + host_s)
 
         if rate(least) >= needed_rate:
             return least

@@ -181,18 +181,16 @@ def srpf_order(
 
 
 TTFT_GUARD_SHARE = 0.05
-"""The share of a prompt's TTFT objective the rate its deadline needs leaves unplanned
-(``paced_deadline``): the rate is read again every step, so a pace to the deadline itself
-would end at it, and the first token still has its last step and its way to the client
-ahead."""
+"""The share of a prompt's TTFT objective its pace leaves before its deadline
+(``paced_deadline``; why: docs/scheduler.md, "Deadline plan")."""
 
 
 def paced_deadline(deadline_s: float, objective_s: float, now_s: float) -> float:
-    """The deadline ``needed_rate`` paces a prompt to: ``TTFT_GUARD_SHARE`` of its TTFT
-    objective ``objective_s`` before ``deadline_s``, or ``deadline_s`` itself once that is
-    behind ``now_s`` (the prompt is late on its pace, and its deadline is what is left)."""
-    paced_s = deadline_s - TTFT_GUARD_SHARE * objective_s
-    return paced_s if paced_s > now_s else deadline_s
+    """The deadline the pace aims a prompt at: ``TTFT_GUARD_SHARE`` of its TTFT objective
+    ``objective_s`` before ``deadline_s``, and no more than half the time left to it, so
+    that the rate it needs stays finite as the guard comes near: ``d - min(g T, (d -
+    now) / 2)``. Past ``deadline_s`` it is past too (``needed_rate`` leaves it out)."""
+    return deadline_s - min(TTFT_GUARD_SHARE * objective_s, (deadline_s - now_s) / 2)
 
 
 def needed_rate(deadlines: Iterable[tuple[float, int]], now_s: float) -> float:
