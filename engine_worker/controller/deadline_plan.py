@@ -446,8 +446,9 @@ class DeadlinePlan:
             return least
 
         def rate(tokens: int) -> float:
-            tokens, attention = plan_prefill(candidates, tokens)
-            return tokens / (decode_s + margin * self.slack.increment_s(tokens, attention) + host_s)
+            return self._rate_tokens_per_s(
+                *plan_prefill(candidates, tokens), decode_s, host_s, margin
+            )
 
         if rate(least) >= needed_rate:
             return least
@@ -475,13 +476,14 @@ class DeadlinePlan:
         return min(max(knee, least), tokens)
 
     def _rate_tokens_per_s(
-        self, tokens: int, attention: float, decode_s: float, host_s: float
+        self, tokens: int, attention: float, decode_s: float, host_s: float, margin: float = 1.0
     ) -> float:
         """The prefill rate of steps carrying ``tokens`` (token-context product
         ``attention``) beside decodes of ``decode_s``, in the time a prompt waits for them:
-        ``R / (D + I(R) + host)``, ``host_s`` being ``host_s()`` (the host's share under
-        ``device``, 0 else; the planned step has it at hand)."""
-        step_s = decode_s + self.slack.increment_s(tokens, attention) + host_s
+        ``R / (D + m I(R) + host)``, ``host_s`` being ``host_s()`` (the host's share under
+        ``device``, 0 else; the planned step has it at hand), ``m`` the increment's
+        ``margin`` (1: its mean; ``_paced_tokens`` takes the plan's)."""
+        step_s = decode_s + margin * self.slack.increment_s(tokens, attention) + host_s
         return tokens / step_s if step_s > 0 else 0.0
 
     def _lacks_slack(self, room_s: float, head: tuple[int, int], margin: float) -> bool:
