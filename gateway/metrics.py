@@ -120,6 +120,10 @@ class GatewayMetrics:
     controller_margin: Gauge
     controller_zero_prefill_steps: Counter
     controller_floor_steps: Counter
+    controller_planned_steps: Counter
+    controller_boost_steps: Counter
+    controller_knee_steps: Counter
+    controller_paced_steps: Counter
     controller_ttft_overdue_steps: Counter
     controller_deadline_steps: Counter
     controller_deadline_misses: Counter
@@ -251,9 +255,35 @@ def build_metrics(
         ),
         controller_floor_steps=Counter(
             "dlfp_controller_floor_steps",
-            "Steps that carried min_cap_tokens of prefill because the ITL objective left no "
-            "slack beside the decodes' own tail, was lost (most recent steps late), or will "
-            "leave none at the first prompt's end.",
+            "Deadline plan: steps that carried min_cap_tokens of prefill (paced ones more) "
+            "because the ITL objective left no slack beside the decodes' own tail, was lost, "
+            "or will leave none at the first prompt's end, or because the slack's rate would "
+            "hold a prompt past its TTFT deadline.",
+            registry=r,
+        ),
+        controller_planned_steps=Counter(
+            "dlfp_controller_planned_steps",
+            "Deadline plan: steps it sized (decodes and prefill waiting); the other step "
+            "counters' denominator.",
+            registry=r,
+        ),
+        controller_boost_steps=Counter(
+            "dlfp_controller_boost_steps",
+            "Deadline plan: steps that went beyond the slack to finish a prefill at risk of "
+            "its TTFT deadline, within the overrun allowance.",
+            registry=r,
+        ),
+        controller_knee_steps=Counter(
+            "dlfp_controller_knee_steps",
+            "Deadline plan: steps whose prefill it cut to the fewest tokens within "
+            "step_rate_loss of the slack's rate, so that they end sooner.",
+            registry=r,
+        ),
+        controller_paced_steps=Counter(
+            "dlfp_controller_paced_steps",
+            "Deadline plan: floor steps (the objective lost or no slack) that carried more "
+            "than min_cap_tokens for the rate the prompts' TTFT deadlines need, within twice "
+            "the ITL objective.",
             registry=r,
         ),
         controller_ttft_overdue_steps=Counter(

@@ -85,6 +85,10 @@ class ControllerMirror:
         self._counters: dict[str, Counter] = {
             "num_zero_prefill_steps": metrics.controller_zero_prefill_steps,
             "num_floor_steps": metrics.controller_floor_steps,
+            "num_planned_steps": metrics.controller_planned_steps,
+            "num_boost_steps": metrics.controller_boost_steps,
+            "num_knee_steps": metrics.controller_knee_steps,
+            "num_paced_steps": metrics.controller_paced_steps,
             "num_ttft_overdue_steps": metrics.controller_ttft_overdue_steps,
             "num_deadline_steps": metrics.controller_deadline_steps,
             "num_deadline_misses": metrics.controller_deadline_misses,

@@ -212,6 +212,14 @@ def test_a_bounded_dlfp_ct_arm_sets_every_cap_within_its_bound() -> None:
     CapParams(**{k: v for k, v in patch.items() if k != "controller"})
 
 
+def test_a_rate_loss_arm_sets_the_knees_loss() -> None:
+    patch = arm_patch("dlfp-ct-loss-2", 500.0)
+    assert patch == {"controller": "dlfp-ct", "step_rate_loss": 0.02, "itl_slo_ms": 500.0}
+    CapParams(**{k: v for k, v in patch.items() if k != "controller"})
+    with pytest.raises(ValueError, match="unknown arm"):
+        arm_patch("dlfp-ct-loss-0.02", None)
+
+
 def test_the_full_slack_arm_turns_the_knee_off() -> None:
     patch = arm_patch("dlfp-ct-full", 500.0)
     assert patch == {"controller": "dlfp-ct", "step_rate_loss": 0.0, "itl_slo_ms": 500.0}

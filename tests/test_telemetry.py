@@ -22,6 +22,11 @@ from tests.http_helpers import fake_client
 
 COUNTERS = {
     "num_zero_prefill_steps": "dlfp_controller_zero_prefill_steps_total",
+    "num_floor_steps": "dlfp_controller_floor_steps_total",
+    "num_planned_steps": "dlfp_controller_planned_steps_total",
+    "num_boost_steps": "dlfp_controller_boost_steps_total",
+    "num_knee_steps": "dlfp_controller_knee_steps_total",
+    "num_paced_steps": "dlfp_controller_paced_steps_total",
     "num_ttft_overdue_steps": "dlfp_controller_ttft_overdue_steps_total",
     "num_deadline_steps": "dlfp_controller_deadline_steps_total",
     "num_deadline_misses": "dlfp_controller_deadline_misses_total",
@@ -124,6 +129,8 @@ async def test_poller_copies_the_engines_state_into_the_exposition() -> None:
         "num_ttft_overdue_steps": 1,
         "num_deadline_steps": 40,
         "num_deadline_misses": 3,
+        "num_planned_steps": 50,
+        "num_paced_steps": 5,
     }
     async with fake_client(engine):
         # Metrics of its own: the app's poller feeds the app's metrics at the same time.
@@ -151,6 +158,8 @@ async def test_poller_copies_the_engines_state_into_the_exposition() -> None:
         "dlfp_controller_ttft_overdue_steps_total 1.0",
         "dlfp_controller_deadline_steps_total 40.0",
         "dlfp_controller_deadline_misses_total 4.0",
+        "dlfp_controller_planned_steps_total 50.0",
+        "dlfp_controller_paced_steps_total 5.0",
     ):
         assert line in lines, line
 

@@ -284,7 +284,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--arms",
         help=f"comma-separated: off, fixed-<tokens>, dlfp, dlfp-ct, dlfp-ct-max-<tokens> "
-        f"(dlfp-ct, each step's prefill at most <tokens>), {FULL} (dlfp-ct, every step "
+        f"(dlfp-ct, each step's prefill at most <tokens>), dlfp-ct-loss-<percent> (dlfp-ct, "
+        f"step_rate_loss <percent>/100), {FULL} (dlfp-ct, every step "
         f"filled to its slack), {SHED} (dlfp-ct with admission's no_slack shedding on), "
         f"dlfp-ct-target, {SENTINEL} "
         "(default: off, fixed at 8, 16, ... up to max_cap_tokens, dlfp, dlfp-ct and the "

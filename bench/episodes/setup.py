@@ -36,6 +36,8 @@ BOUNDED = "dlfp-ct-max-"
 (``max_cap_tokens``, and the initial and fixed caps within it)."""
 FULL = "dlfp-ct-full"
 """``dlfp-ct`` filling every step to its slack (``step_rate_loss`` 0)."""
+RATE_LOSS = "dlfp-ct-loss-"
+"""``dlfp-ct-loss-<percent>``: ``dlfp-ct`` with ``step_rate_loss`` ``<percent>`` / 100."""
 SHED = "dlfp-ct-shed"
 """``dlfp-ct`` with admission's ``no_slack`` shedding on, which every other arm runs
 without (``loop.ADMISSION_PATCH``)."""
@@ -98,6 +100,11 @@ def arm_patch(name: str, itl_slo_ms: float | None) -> dict[str, Any]:
         return {"controller": "dlfp-ct", "step_rate_loss": 0.0} | extra
     if name == SHED:
         return {"controller": "dlfp-ct"} | extra
+    if name.startswith(RATE_LOSS):
+        percent = name.removeprefix(RATE_LOSS)
+        if not percent.isdigit():
+            raise ValueError(f"unknown arm {name!r}: {RATE_LOSS}<percent>")
+        return {"controller": "dlfp-ct", "step_rate_loss": int(percent) / 100} | extra
     if name.startswith(BOUNDED):
         if not name.removeprefix(BOUNDED).isdigit():
             raise ValueError(f"unknown arm {name!r}: {BOUNDED}<tokens>")
@@ -106,7 +113,7 @@ def arm_patch(name: str, itl_slo_ms: float | None) -> dict[str, Any]:
         return {"controller": "dlfp-ct"} | bounds | extra
     raise ValueError(
         f"unknown arm {name!r}: off, fixed-<tokens>, dlfp, dlfp-ct, {BOUNDED}<tokens>, "
-        f"{FULL}, {SHED}, {TARGET_PLAN} or {SENTINEL}"
+        f"{RATE_LOSS}<percent>, {FULL}, {SHED}, {TARGET_PLAN} or {SENTINEL}"
     )
 
 
