@@ -100,7 +100,7 @@ class CapParams:
     deadline leaves after the decodes' tail) the plan leaves unplanned, for a token's way
     from the engine to its reader (the engine's output, the gateway, the network), which
     the engine does not time; ceiling 0.5."""
-    step_rate_loss: float = _setting(0.05, ge=0, le=0.5)
+    step_rate_loss: float = _setting(0.02, ge=0, le=0.5)
     """dlfp-ct deadline plan only: the share of the slack's prefill rate a step may give up
     to end sooner. A step that completes no prefill carries the fewest tokens whose rate,
     tokens over the step's predicted time, is at least (1 - step_rate_loss) of the rate of

@@ -23,6 +23,7 @@ RUNS = (
     "episodes-knee-again-zen4",
     "episodes-pending-zen4",
     "episodes-paced-every-zen4",
+    "episodes-rate-loss-zen4",
 )
 CONDITION = "slo500-d2"
 ITL_SLO_MS = 500.0
