@@ -263,8 +263,8 @@ def build_metrics(
         ),
         controller_planned_steps=Counter(
             "dlfp_controller_planned_steps",
-            "Deadline plan: steps it sized (decodes and prefill waiting); the other step "
-            "counters' denominator.",
+            "Deadline plan: steps it sized (decodes and prefill waiting): the denominator of "
+            "the zero-prefill, floor, paced, boost, knee and TTFT-overdue step counters.",
             registry=r,
         ),
         controller_boost_steps=Counter(

@@ -216,8 +216,9 @@ def test_a_rate_loss_arm_sets_the_knees_loss() -> None:
     patch = arm_patch("dlfp-ct-loss-2", 500.0)
     assert patch == {"controller": "dlfp-ct", "step_rate_loss": 0.02, "itl_slo_ms": 500.0}
     CapParams(**{k: v for k, v in patch.items() if k != "controller"})
-    with pytest.raises(ValueError, match="unknown arm"):
-        arm_patch("dlfp-ct-loss-0.02", None)
+    for name in ("dlfp-ct-loss-0.02", "dlfp-ct-loss-60"):
+        with pytest.raises(ValueError, match="unknown arm"):
+            arm_patch(name, None)
 
 
 def test_the_full_slack_arm_turns_the_knee_off() -> None:

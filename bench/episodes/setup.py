@@ -38,6 +38,9 @@ FULL = "dlfp-ct-full"
 """``dlfp-ct`` filling every step to its slack (``step_rate_loss`` 0)."""
 RATE_LOSS = "dlfp-ct-loss-"
 """``dlfp-ct-loss-<percent>``: ``dlfp-ct`` with ``step_rate_loss`` ``<percent>`` / 100."""
+MAX_RATE_LOSS_PERCENT = 50
+"""``step_rate_loss``'s ceiling, in percent: a larger arm is refused before the first
+episode, not by the gateway at its own."""
 SHED = "dlfp-ct-shed"
 """``dlfp-ct`` with admission's ``no_slack`` shedding on, which every other arm runs
 without (``loop.ADMISSION_PATCH``)."""
@@ -102,8 +105,10 @@ def arm_patch(name: str, itl_slo_ms: float | None) -> dict[str, Any]:
         return {"controller": "dlfp-ct"} | extra
     if name.startswith(RATE_LOSS):
         percent = name.removeprefix(RATE_LOSS)
-        if not percent.isdigit():
-            raise ValueError(f"unknown arm {name!r}: {RATE_LOSS}<percent>")
+        if not percent.isdigit() or int(percent) > MAX_RATE_LOSS_PERCENT:
+            raise ValueError(
+                f"unknown arm {name!r}: {RATE_LOSS}<percent>, 0 to {MAX_RATE_LOSS_PERCENT}"
+            )
         return {"controller": "dlfp-ct", "step_rate_loss": int(percent) / 100} | extra
     if name.startswith(BOUNDED):
         if not name.removeprefix(BOUNDED).isdigit():

@@ -10,6 +10,8 @@
 # stopped. Tables: dlfp-gateway bench episodes --results bench/results/episodes-paced-every-zen4
 # .venv/bin/python bench/results/episodes-paced-zen4/paced.py bench/results/episodes-paced-every-zen4
 # .venv/bin/python bench/results/episodes-room-zen4/analyse.py bench/results/episodes-paced-every-zen4
+# .venv/bin/python bench/results/episodes-shed-zen4/shed.py bench/results/episodes-paced-every-zen4
+# .venv/bin/python bench/results/episodes-paced-every-zen4/pooled.py (every run at 500 ms, 2 streams)
 set -euo pipefail
 OUT=bench/results/episodes-paced-every-zen4
 # shellcheck source=bench/lib.sh

@@ -16,6 +16,7 @@
 # episodes-slack-zen4's (same machine). Run from the repository root, with nothing else
 # running: bench/results/episodes-rate-loss-zen4/run.sh. Resumes where it stopped.
 # Tables: dlfp-gateway bench episodes --results bench/results/episodes-rate-loss-zen4
+# .venv/bin/python bench/results/episodes-shed-zen4/shed.py bench/results/episodes-rate-loss-zen4
 set -euo pipefail
 OUT=bench/results/episodes-rate-loss-zen4
 # shellcheck source=bench/lib.sh
