@@ -852,3 +852,27 @@ def test_where_the_objective_is_lost_the_floor_paces_to_the_ttft_deadlines(
     monkeypatch.setattr(DeadlinePlan, "_paced_tokens", lambda self, c, least, *args: least)
     control = run()
     assert control.ttft_s.get("second", math.inf) > 30.0, control.ttft_s
+
+
+def test_a_slow_spell_learnt_as_the_speed_moves_the_decode_fit_not_its_tail() -> None:
+    """Ten decode-only steps at 2.5 times their time: the first three are outliers, the
+    rest the machine's new speed, learnt by the decode fit. Their ratios are to the fit of
+    the speed before, so they stay out of the decodes' tail; in it they would hold the
+    slack at zero until a window of decode-only steps came, and few come while prefills
+    wait. The speed comes back while every step carries prefill: no step goes at the
+    floor, and every one carries at least the tightest static cap's tokens."""
+    plan = DeadlinePlan(cap_params(itl_slo_ms=90.0))
+    decodes = StepShape(2, 400)
+    for _ in range(16):
+        plan.slack.observe(decodes, 0.040)
+        plan.slack.observe(StepShape(2, 400, 32, chunk_attention(0, 32)), 0.040 + 0.032)
+    for _ in range(10):
+        plan.slack.observe(decodes, 0.100)
+    assert plan.slack.decode_s(decodes) > 0.050  # the spell was learnt as the speed
+    assert plan.slack.decode_tail() < 1.5
+    candidates = [(100, 1500)]
+    for _ in range(100):
+        deadline = plan.plan(0.0, 2, 400, candidates, oldest_token_step=0)
+        cap = deadline.cap_tokens
+        assert cap is not None and cap >= 8 and not deadline.is_floor, deadline
+        plan.slack.observe(StepShape(2, 400, cap, chunk_attention(100, cap)), 0.040 + cap * 0.001)

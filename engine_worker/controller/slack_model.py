@@ -27,7 +27,9 @@ set the ratio): so ``q_D * D + m * I`` bounds a ``q`` share of mixed steps, and 
 decodes' noise, which their own tail covers, is not counted twice. A step beyond
 ``OUTLIER_RATIO`` times its prediction is an outlier: counted, kept out of both tails
 and fits (no plan can meet it, and the tail would stay inflated for a whole window);
-from the ``OUTLIER_RUN``-th in a row they are the machine's new speed, and learnt.
+from the ``OUTLIER_RUN``-th in a row they are the machine's new speed, and learnt (by the
+decodes' fit, not their tail: the ratio is to the fit of the speed before, and few
+decode-only steps come to flush the tail while prefills wait).
 
 The fits are trusted only near the sizes they predict: a step with decodes carries at
 most ``TRUST_GROWTH`` times the largest prefill of the last ``TRUST_STEPS`` such steps
@@ -307,7 +309,12 @@ class SlackModel:
         else:
             self._outliers_in_a_row = 0
         if not num_prefill:
-            if self._decode.num_samples >= MIN_DECODE_SAMPLES and decode_s > 0:
+            # NOTE: a step learnt as the machine's new speed (the OUTLIER_RUN-th outlier in
+            # a row or after) moves the fit, not the tail: its ratio is to the fit of the
+            # speed before, and the tail is the noise about the fit. Few decode-only steps
+            # come while prefills wait, so a spell's ratios would stay in its window long
+            # after the fit had learnt the speed, and hold the slack at zero.
+            if self._decode.num_samples >= MIN_DECODE_SAMPLES and decode_s > 0 and not is_outlier:
                 self._decode_tail.add(seconds / decode_s)
             self._decode.update(_decode_features(shape), seconds)
             return
