@@ -27,9 +27,11 @@ set the ratio): so ``q_D * D + m * I`` bounds a ``q`` share of mixed steps, and 
 decodes' noise, which their own tail covers, is not counted twice. A step beyond
 ``OUTLIER_RATIO`` times its prediction is an outlier: counted, kept out of both tails
 and fits (no plan can meet it, and the tail would stay inflated for a whole window);
-from the ``OUTLIER_RUN``-th in a row they are the machine's new speed, and learnt (by the
-decodes' fit, not their tail: the ratio is to the fit of the speed before, and few
-decode-only steps come to flush the tail while prefills wait).
+from the ``OUTLIER_RUN``-th in a row they are the machine's new speed, and learnt by the
+fits and the increment's tail, not the decodes' tail: their ratio is to the fit of the
+speed before, and few decode-only steps come to flush that tail while prefills wait
+(mixed steps come often enough to flush the increment's). Before the fits are ready
+nothing is an outlier: every decode-only step enters the decodes' tail.
 
 The fits are trusted only near the sizes they predict: a step with decodes carries at
 most ``TRUST_GROWTH`` times the largest prefill of the last ``TRUST_STEPS`` such steps
