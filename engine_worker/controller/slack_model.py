@@ -311,11 +311,7 @@ class SlackModel:
         else:
             self._outliers_in_a_row = 0
         if not num_prefill:
-            # NOTE: a step learnt as the machine's new speed (the OUTLIER_RUN-th outlier in
-            # a row or after) moves the fit, not the tail: its ratio is to the fit of the
-            # speed before, and the tail is the noise about the fit. Few decode-only steps
-            # come while prefills wait, so a spell's ratios would stay in its window long
-            # after the fit had learnt the speed, and hold the slack at zero.
+            # NOTE: a step learnt as the new speed moves the fit, not the tail (module doc).
             if self._decode.num_samples >= MIN_DECODE_SAMPLES and decode_s > 0 and not is_outlier:
                 self._decode_tail.add(seconds / decode_s)
             self._decode.update(_decode_features(shape), seconds)
