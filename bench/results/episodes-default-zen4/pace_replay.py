@@ -7,19 +7,30 @@ recorded steps replayed through ``SlackModel``, and at each floor step (``no_sla
   twice the 60 ms objective, at its tail): ``room + 0.95 * 60 ms``, ``room = 0.95 * (60
   ms - q_D * D)`` (not scaled where negative). The pace can add nothing where ``most`` is
   at most 8 (``min_cap_tokens``).
-- the rate the floor gives with the increment at the margin, ``8 / (D + m I(8))``, against
-  the rate the long prompts' TTFT deadlines need to their guards (``needed``: EDF's test
-  over ``paced_deadline``), rebuilt from the episode records: each long prompt's arrival,
-  its 30 s objective and its tokens left (the head's from the step's context), those out
-  of reach left out (``PrefillSelectionMixin._ttft_deadlines``).
+- ``needed``: the rate the long prompts' TTFT deadlines need to their guards (EDF's test
+  over ``paced_deadline``), rebuilt from the episode records (each long prompt's arrival,
+  first token, 30 s objective and tokens left, the head's from the step's context), those
+  out of reach left out (``PrefillSelectionMixin._ttft_deadlines``); against it the rate
+  the floor gives with the increment at the margin, ``8 / (D + m I(8))``. The pace acts
+  only where that rate falls short of ``needed`` and ``most`` exceeds 8.
 
-Two sets of fits: the live ones, put into the model at each arm's start from its reset
-response (``cost_coefficients``; the live model came from the conditions before, which the
-replay does not have), and this condition's own (the model fed from empty). Either way, as
-live, floor steps are not fed to the model (``StepEvents.on_step_done``). ``pred/rec`` is
-the replayed prediction of each floor step over the recorded one, ``obs/pred`` the step's
-observed time over the replayed prediction (medians by episode). A second table gives the
-median step time with 8 decodes by prefill tokens at 90 and 60 ms, both arms.
+Simplified: the short prompts are left out of ``needed``; the budget is the head prompt's
+alone; neither ``max_cap_tokens`` nor the trust bound limits ``most``; the host's share is
+0 (right under ``observation: completion``, the run's). The model is today's
+``SlackModel``; the run's kept a decode-only step learnt as a new speed in the decodes'
+tail, and no such step came in this condition.
+
+Two sets of fits. ``live, held``: the fits of each arm's start (its reset response's
+``cost_coefficients``; the live model came from the conditions before, which the replay
+does not have), held for the arm, while the tails learn from its steps (live, the fits
+moved only on the few steps that were not floor steps, and with a covariance the replay
+does not have). ``this condition's own``: the model fed from empty. Either way floor steps
+are not fed to it, as live (``StepEvents.on_step_done``). The decodes' tail is not seeded:
+it starts empty, so episode 0's is the starting tail, then only this condition's steps.
+``pred/rec`` is the replayed prediction of each floor step over the recorded one (``D +
+I``, not the tail ``q_D``), ``obs/pred`` the step's observed time over the replayed
+prediction (medians by episode). A second table gives the median step time with 8 decodes
+by prefill tokens at 90 and 60 ms, both arms, with the median decode context of each.
 
 The step logs were dropped; restore them first:
 git checkout 76cac860 -- bench/results/episodes-default-zen4
@@ -61,7 +72,8 @@ def _longs(record: dict[str, Any]) -> list[tuple[float, float, int]]:
     """Each served long prompt's arrival and first token (Unix s) and its prompt tokens."""
     start = record["started_unix_s"]
     return [
-        (start + a["send_s"], start + a["send_s"] + a["chunk_s"][0], a["num_prompt_tokens"])
+        # NOTE: chunk_s counts from the episode's start, as send_s does.
+        (start + a["send_s"], start + a["chunk_s"][0], a["num_prompt_tokens"])
         for a in record["arrivals"]
         if a["kind"] == "long" and a["status"] == "ok"
     ]
@@ -118,7 +130,7 @@ def _floor_step(
     per_token_s = (model.prefill_rates() or (0.0, 0.0))[0]
     now_s = step["done_unix_s"] - step["observation_ms"] / 1000.0
     rates = model.prefill_rates() or (0.0, 0.0)
-    needed, reachable, out_of_reach = _needed(longs, now_s, computed, rates)
+    _, reachable, out_of_reach = _needed(longs, now_s, computed, rates)
     floor_rate = FLOOR / (decode_s + margin * floor_increment_s)
     return {
         "tail": tail,
@@ -130,7 +142,8 @@ def _floor_step(
         "most": float(most),
         "within": float(most <= FLOOR),
         "rate": floor_rate,
-        "needed": needed,
+        "needed": reachable,
+        "short": float(floor_rate < reachable),
         "out": float(out_of_reach > 0),
         "paced": float(most > FLOOR and floor_rate < reachable),
     }
@@ -151,14 +164,15 @@ def _seed(model: SlackModel, coefficients: list[float]) -> None:
     )
 
 
-def _replay(seeded: bool) -> dict[int, dict[str, list[float]]]:
+def _replay(held: bool) -> dict[int, dict[str, list[float]]]:
     model = SlackModel(0.99)
     by_episode: dict[int, dict[str, list[float]]] = {}
     for episode in range(12):
         record = _load("records", episode)
         longs = _longs(record)
-        if seeded:
-            _seed(model, record["reset_response"]["cost_coefficients"])
+        coefficients = record["reset_response"]["cost_coefficients"]
+        if held:
+            _seed(model, coefficients)
         rows = by_episode.setdefault(episode, {})
         for step in _load("steps", episode)["steps"]:
             if not step["num_decoding"]:
@@ -181,6 +195,8 @@ def _replay(seeded: bool) -> dict[int, dict[str, list[float]]]:
             if not step["is_floor"]:
                 # NOTE: as live: a floor step is not observed (``StepEvents.on_step_done``).
                 model.observe(shape, step["observation_ms"] / 1000.0)
+                if held:
+                    _seed(model, coefficients)  # the tails learn; the fits stay
     return by_episode
 
 
@@ -189,7 +205,10 @@ def _step_sizes() -> None:
     prefill tokens and the context they attend to: what a mixed step costs beside a
     decode-only one, which the increment's fit (no intercept) spreads over its tokens."""
     print()
-    print("## Steps with 8 decodes, both arms: median ms (steps) by prefill tokens")
+    print(
+        "## Steps with 8 decodes, both arms: median ms (steps; median decode context) "
+        "by prefill tokens"
+    )
     sizes = ((0, 0), (1, 3), (4, 7), (8, 8), (9, 12), (13, 16))
     header = " | ".join(f"{low}-{high}" if low != high else str(low) for low, high in sizes)
     print(f"| condition | context | {header} |")
@@ -197,6 +216,7 @@ def _step_sizes() -> None:
     for condition in ("slo90-d8", "slo60-d8-thin"):
         folder = CONDITION.parent / condition / "steps"
         cells: dict[tuple[str, int], list[float]] = {}
+        contexts: dict[tuple[str, int], list[float]] = {}
         for path in sorted(folder.glob("episode-*/*.json.gz")):
             with gzip.open(path) as f:
                 steps = json.load(f)["steps"]
@@ -208,11 +228,19 @@ def _step_sizes() -> None:
                 for index, (low, high) in enumerate(sizes):
                     if low <= prefill <= high:
                         cells.setdefault((context, index), []).append(step["busy_ms"])
+                        contexts.setdefault((context, index), []).append(
+                            step["decode_context_tokens"]
+                        )
         for context in ("under 500", "500 on"):
             row = []
             for index in range(len(sizes)):
                 values = cells.get((context, index), [])
-                row.append(f"{statistics.median(values):.1f} ({len(values)})" if values else "-")
+                decode_context = statistics.median(contexts.get((context, index), [0]))
+                row.append(
+                    f"{statistics.median(values):.1f} ({len(values)}; {decode_context:.0f})"
+                    if values
+                    else "-"
+                )
             print(f"| {condition} | {context} | " + " | ".join(row) + " |")
 
 
@@ -221,12 +249,12 @@ def main() -> None:
     print(
         "| fits | episode | floor steps | pred/rec | obs/pred | D ms | q_D | ms a token "
         "| m I(8) ms | m | bound ms | most, median (max) "
-        "| most <= 8 | floor rate tok/s | needed tok/s | a long one out of reach "
-        "| pace would act |"
+        "| most <= 8 | floor rate tok/s | needed tok/s | floor rate short of it "
+        "| a long one out of reach | pace would act |"
     )
-    print("| --- " + "| ---: " * 10 + "| --- " + "| ---: " * 5 + "|")
-    for seeded, rule in ((True, "live ones at each arm's start"), (False, "this condition's only")):
-        for episode, rows in _replay(seeded).items():
+    print("| --- " + "| ---: " * 10 + "| --- " + "| ---: " * 6 + "|")
+    for held, rule in ((True, "live, held"), (False, "this condition's own")):
+        for episode, rows in _replay(held).items():
             most = rows.get("most")
             if not most:
                 continue
@@ -246,6 +274,7 @@ def main() -> None:
                 f"{sum(rows['within']) / len(most):.0%}",
                 _median(rows["rate"]),
                 _median([v for v in rows["needed"] if v > 0]),
+                f"{sum(rows['short']) / len(most):.0%}",
                 f"{sum(rows['out']) / len(most):.0%}",
                 f"{sum(rows['paced']) / len(most):.0%}",
             )
