@@ -16,7 +16,7 @@ recorded steps replayed through ``SlackModel``, and at each floor step (``no_sla
 
 Simplified: the short prompts are left out of ``needed``; the budget is the head prompt's
 alone; neither ``max_cap_tokens`` nor the trust bound limits ``most``; the host's share is
-0 (right under ``observation: completion``, the run's). The model is today's
+0 (right under ``observation: completion``, the run's). The model is this tree's
 ``SlackModel``; the run's kept a decode-only step learnt as a new speed in the decodes'
 tail, and no such step came in this condition.
 
@@ -84,12 +84,12 @@ def _needed(
     now_s: float,
     head_computed: int,
     rates: tuple[float, float],
-) -> tuple[float, float, int]:
-    """The paced rate the waiting long prompts need, with every one counted and with those
-    out of reach left out (``PrefillSelectionMixin._ttft_deadlines``: a lone prefill at
-    the fits' rates would not finish it by its deadline), and how many are out of reach."""
+) -> tuple[float, int]:
+    """The paced rate the waiting long prompts need, those out of reach left out
+    (``PrefillSelectionMixin._ttft_deadlines``: a lone prefill at the fits' rates would not
+    finish it by its deadline), and how many are out of reach."""
     per_token_s, per_context_s = rates
-    every: list[tuple[float, int]] = []
+    num_out = 0
     reachable: list[tuple[float, int]] = []
     head_taken = False
     for arrival_s, first_s, tokens in sorted(longs):
@@ -100,11 +100,12 @@ def _needed(
         head_taken = True
         deadline_s = arrival_s + TTFT_S
         paced = (paced_deadline(deadline_s, TTFT_S, now_s), remaining)
-        every.append(paced)
         alone_s = remaining * (per_token_s + per_context_s * (computed + remaining / 2))
         if deadline_s - now_s >= alone_s:
             reachable.append(paced)
-    return needed_rate(every, now_s), needed_rate(reachable, now_s), len(every) - len(reachable)
+        else:
+            num_out += 1
+    return needed_rate(reachable, now_s), num_out
 
 
 def _median(values: list[float]) -> str:
@@ -127,10 +128,10 @@ def _floor_step(
     bound_s = room_s + PLANNED * ITL_S
     most = model.budget_tokens(bound_s, [(computed, LONG_TOKENS - computed)], margin)[0]
     floor_increment_s = model.increment_s(FLOOR, chunk_attention(computed, FLOOR))
-    per_token_s = (model.prefill_rates() or (0.0, 0.0))[0]
-    now_s = step["done_unix_s"] - step["observation_ms"] / 1000.0
     rates = model.prefill_rates() or (0.0, 0.0)
-    _, reachable, out_of_reach = _needed(longs, now_s, computed, rates)
+    per_token_s = rates[0]
+    now_s = step["done_unix_s"] - step["observation_ms"] / 1000.0
+    reachable, out_of_reach = _needed(longs, now_s, computed, rates)
     floor_rate = FLOOR / (decode_s + margin * floor_increment_s)
     return {
         "tail": tail,
