@@ -10,7 +10,13 @@ import pytest
 from engine_worker.client.engine_args import _bind_cpu_workers, _honour_async_scheduling
 from engine_worker.contract.dlfp_config import DLFPConfig, Observation
 from engine_worker.controller.cap_controller import PrefillCapController
-from engine_worker.controller.step_timing import StepRecord, StepTimeline
+from engine_worker.controller.cost_model import StepShape, chunk_attention
+from engine_worker.controller.step_timing import (
+    StepRecord,
+    StepTimeline,
+    logged_prefill_start,
+    logged_shape,
+)
 from gateway.settings import Settings
 from tests.cap_params import cap_params
 from tests.fake_clock import FakeClock
@@ -134,3 +140,15 @@ def test_async_scheduling_stays_as_the_engine_core_will_run(engine_args: dict[st
     config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(async_scheduling=False))
     _honour_async_scheduling(config, engine_args)
     assert config.scheduler_config.async_scheduling is False
+
+
+def test_a_logged_step_reads_back_as_the_shape_it_ran() -> None:
+    """The step log keeps the mean context a prefill token attends to; reading it back
+    gives the step's token-context product and, for one chunk, where the chunk began."""
+    shape = StepShape(8, 4_000, 64, chunk_attention(1_000, 64))
+    entry = replace(record(0, num_decoding=8), num_decode_tokens=8, shape=shape).to_dict()
+    read = logged_shape(entry)
+    assert read.num_decode_tokens == 8 and read.decode_context_tokens == 4_000
+    assert read.num_prefill_tokens == 64
+    assert read.attention_tokens2 == pytest.approx(shape.attention_tokens2, rel=1e-3)
+    assert logged_prefill_start(entry) == 1_000

@@ -29,6 +29,7 @@ from bench.lib.client import server_root
 from bench.lib.endpoint import apply_admin_patch, bearer, reset_controller, wait_ready
 from bench.lib.tokens import load_counter
 from bench.lib.workload import make_prompt
+from engine_worker.controller.step_timing import logged_prefill_start
 
 CONTEXT_BIN_TOKENS = 512
 
@@ -94,7 +95,7 @@ def table(steps_by_chunk: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any
     for chunk, steps in steps_by_chunk.items():
         bins: dict[int, list[float]] = {}
         for s in steps:
-            start = max(s["prefill_context_tokens"] - chunk // 2, 0)
+            start = logged_prefill_start(s)
             bins.setdefault(start // CONTEXT_BIN_TOKENS * CONTEXT_BIN_TOKENS, []).append(
                 s["busy_ms"]
             )

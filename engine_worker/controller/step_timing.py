@@ -30,6 +30,7 @@ Pure Python: no vLLM import.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,6 +177,25 @@ class StepRecord:
             "done_unix_s": self.done_unix_s,
             "is_feedback": self.is_feedback,
         }
+
+
+def logged_shape(entry: Mapping[str, Any]) -> StepShape:
+    """A step's composition read back from its telemetry view (``StepRecord.to_dict``):
+    the token-context product is the prefill tokens times the mean context they attend to,
+    exact up to that mean's rounding."""
+    num_prefill = entry["num_prefill_tokens"]
+    return StepShape(
+        num_decode_tokens=entry["num_decode_tokens"],
+        decode_context_tokens=entry["decode_context_tokens"],
+        num_prefill_tokens=num_prefill,
+        attention_tokens2=float(num_prefill * entry["prefill_context_tokens"]),
+    )
+
+
+def logged_prefill_start(entry: Mapping[str, Any]) -> int:
+    """Where a logged step's prefill began in its prompt, for a step of one chunk: the
+    mean context its tokens attend to less half of them (``cost_model.chunk_attention``)."""
+    return max(int(entry["prefill_context_tokens"]) - int(entry["num_prefill_tokens"]) // 2, 0)
 
 
 class StepTimeline:

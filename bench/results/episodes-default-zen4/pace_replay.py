@@ -50,6 +50,7 @@ from typing import Any
 from engine_worker.controller import slack_model
 from engine_worker.controller.cost_model import StepShape, chunk_attention
 from engine_worker.controller.slack_model import SlackModel
+from engine_worker.controller.step_timing import logged_prefill_start, logged_shape
 from engine_worker.engine_core.prefill_order import needed_rate, paced_deadline
 
 CONDITION = Path(__file__).parent / "slo60-d8-thin"
@@ -178,15 +179,9 @@ def _replay(held: bool) -> dict[int, dict[str, list[float]]]:
         for step in _load("steps", episode)["steps"]:
             if not step["num_decoding"]:
                 continue
-            prefill = step["num_prefill_tokens"]
-            computed = max(step["prefill_context_tokens"] - prefill // 2, 0)
-            decodes = StepShape(step["num_decode_tokens"], step["decode_context_tokens"])
-            shape = StepShape(
-                decodes.num_decode_tokens,
-                decodes.decode_context_tokens,
-                prefill,
-                chunk_attention(computed, prefill),
-            )
+            shape = logged_shape(step)
+            computed = logged_prefill_start(step)
+            decodes = StepShape(shape.num_decode_tokens, shape.decode_context_tokens)
             if step["is_floor"] and step["floor_reason"] in PACED_REASONS and model.is_ready:
                 for key, value in _floor_step(model, step, decodes, computed, longs).items():
                     rows.setdefault(key, []).append(value)

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from engine_worker.controller import slack_model
-from engine_worker.controller.cost_model import StepShape, chunk_attention
+from engine_worker.controller.cost_model import StepShape
+from engine_worker.controller.step_timing import logged_shape
 
 STEPS = Path(__file__).parent / "slo90-d2" / "steps"
 EPISODES = range(6, 12)
@@ -42,14 +43,9 @@ def _replay(keep_out: bool) -> dict[int, list[float]]:
     model = slack_model.SlackModel(0.99)
     reserved: dict[int, list[float]] = {}
     for episode, step in _steps():
-        decodes = StepShape(step["num_decode_tokens"], step["decode_context_tokens"])
-        prefill = step["num_prefill_tokens"]
-        shape = StepShape(
-            decodes.num_decode_tokens,
-            decodes.decode_context_tokens,
-            prefill,
-            chunk_attention(step["prefill_context_tokens"], prefill),
-        )
+        shape = logged_shape(step)
+        decodes = StepShape(shape.num_decode_tokens, shape.decode_context_tokens)
+        prefill = shape.num_prefill_tokens
         seconds = step["observation_ms"] / 1000.0
         if step["is_planned"]:
             tail_ms = model.decode_tail() * model.decode_s(decodes) * 1000.0
