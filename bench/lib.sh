@@ -90,3 +90,9 @@ run_episodes() {  # run_episodes CONDITIONS ARMS EPISODES: `bench episodes --con
         --tokenizer "$TOK" --conditions --only "$1" --arms "$2" --episodes "$3" --results "$OUT" \
         2>&1 | tee -a "$OUT/logs/episodes-progress.log"
 }
+
+run_tiers() {  # run_tiers: `bench tiers` on the gateway at $PORT into $OUT, its progress
+    # appended to $OUT/logs/tiers-progress.log. Needs PY, PORT, TOKEN, TOK and OUT.
+    "$PY" -m gateway bench tiers --base-url "http://127.0.0.1:$PORT" --admin-token "$TOKEN" \
+        --tokenizer "$TOK" --results "$OUT" 2>&1 | tee -a "$OUT/logs/tiers-progress.log"
+}

@@ -16,6 +16,5 @@ mkdir -p "$OUT"
 [ -e "$OUT/calibration.json" ] || cp -r bench/results/tiers-delivery-zen4/calibration.json \
     bench/results/tiers-delivery-zen4/calibration "$OUT/"
 begin_gateway_run
-"$PY" -m gateway bench tiers --base-url "http://127.0.0.1:$PORT" --admin-token "$TOKEN" \
-    --tokenizer "$TOK" --results "$OUT" 2>&1 | tee -a "$OUT/logs/tiers-progress.log"
+run_tiers
 end_gateway_run
