@@ -808,6 +808,46 @@ def test_a_prompt_the_slack_rate_would_hold_past_its_deadline_goes_at_the_floor(
     assert control.ttft_s.get("second", math.inf) > 30.0, control.ttft_s
 
 
+def test_a_floor_for_ttft_deadlines_carries_only_the_tokens_they_need(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The case above, over four seeds: a floor step for the prompts' TTFT deadlines
+    carries the fewest tokens above the slack's budget whose rate meets what the deadlines
+    need, not the whole floor. Some carry fewer than ``min_cap_tokens``, both prompts still
+    meet their objective, and fewer steps end late than with every such step at the floor
+    (the control)."""
+    prompts = {"first": (0, 1600), "second": (20, 1600)}
+
+    def late_steps() -> tuple[int, int]:
+        num_late = num_under_floor = 0
+        for seed in range(4):
+            run = serve(
+                replace(FAST_DECODE),
+                prompts,
+                num_steps=1200,
+                seed=seed,
+                ttft_slo_s=30.0,
+                itl_slo_s=0.09,
+            )
+            assert max(run.ttft_s.values()) <= 30.0, (seed, run.ttft_s)
+            num_steps = max(run.first_token_step.values())
+            num_late += sum(run.late[:num_steps])
+            num_under_floor += sum(
+                floor and 0 < prefill < 8
+                for floor, prefill in zip(run.floor[:num_steps], run.prefill, strict=False)
+            )
+        return num_late, num_under_floor
+
+    num_late, num_under_floor = late_steps()
+    assert num_under_floor > 0
+    monkeypatch.setattr(
+        DeadlinePlan, "_needed_tokens", lambda self, candidates, budget, floor, *rest: floor
+    )
+    control_late, control_under_floor = late_steps()
+    assert control_under_floor == 0
+    assert num_late < control_late, (num_late, control_late)
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_where_the_objective_is_lost_the_floor_paces_to_the_ttft_deadlines(
     seed: int, monkeypatch: pytest.MonkeyPatch

@@ -21,17 +21,20 @@ late): trickling fewer tokens keeps no gap within it, and only delays the prompt
 does one whose first candidate's last token will not fit (its end takes floor steps
 however it starts), where floor steps would finish it within ``ttft_slo_ms``; and one
 whose budget's rate falls short of the rate the prompts' TTFT deadlines need
-(``ttft_needed_rate``). All count as load to shed for admission. Where the objective is
-lost or leaves no slack, a floor step carries more than ``min_cap_tokens`` where the
-prompts' TTFT deadlines, each less a guard, need a faster rate, within a step that ends by
-twice the objective (``_paced_tokens``). A prefill past its TTFT
-deadline is not forced beyond the slack: it goes on at the slack's rate. A step that
+(``ttft_needed_rate``), which carries only the tokens that rate needs, at most
+``min_cap_tokens`` (``_needed_tokens``). All count as load to shed for admission.
+Where the objective is lost or leaves no slack, a floor step carries more than
+``min_cap_tokens`` where the prompts' TTFT deadlines, each less a guard, need a faster
+rate, within a step that ends by twice the objective (``_paced_tokens``). A prefill past
+its TTFT deadline is not forced beyond the slack: it goes on at the slack's rate. A step that
 completes prefills ends with them (see ``DeadlinePlan.plan``). A prefill at risk of its
 TTFT deadline may go beyond the slack where the steps it needs fit the overrun allowance
 the streams' quantile objective leaves (see ``DeadlinePlan.plan``). Under ``observation:
 device`` the plan works in completion time: it adds the host's share (``host_share``) to
-each predicted device time. ``m`` is the increment's tail quantile times a proportional
-correction toward 1% of deadline-bound steps ending late (``margin.corrected``). Equations
+each predicted device time. The plan aims below the streams' objective, at half the late
+share it allows (``margin.planned_quantile``): ``q_D`` and ``m`` are tail quantiles at
+that aim, ``m`` times a proportional correction toward the same share of deadline-bound
+steps ending late (``margin.corrected``). Equations
 in docs/scheduler.md, "Deadline plan".
 """
 
@@ -44,7 +47,7 @@ from dataclasses import dataclass
 
 from engine_worker.controller.cost_model import StepShape, plan_prefill
 from engine_worker.controller.host_share import HostShareWindow
-from engine_worker.controller.margin import corrected
+from engine_worker.controller.margin import corrected, planned_quantile
 from engine_worker.controller.modes import Observation
 from engine_worker.controller.params import CapParams
 from engine_worker.controller.slack_model import SlackModel
@@ -98,7 +101,7 @@ class DeadlinePlan:
 
     def __init__(self, params: CapParams) -> None:
         self._params = params
-        self.slack = SlackModel(params.margin_quantile)
+        self.slack = SlackModel(planned_quantile(params.margin_quantile))
         self.host_share = HostShareWindow()
         self.margin_correction = 1.0
         self._recent: deque[StepRecord] = deque(maxlen=RECENT_STEPS)
@@ -130,7 +133,7 @@ class DeadlinePlan:
     def apply_params(self, params: CapParams) -> None:
         self._params = params
         self.is_under_floor = False
-        self.slack.quantile = params.margin_quantile
+        self.slack.quantile = planned_quantile(params.margin_quantile)
 
     def reset_model(self) -> None:
         """Forget the slack model (its fits and tails), the correction and the host's share."""
@@ -257,11 +260,13 @@ class DeadlinePlan:
         prompt's TTFT deadline served earliest deadline first
         (``prefill_order.needed_rate``; None: not read). A budget of at least one token
         but under ``min_cap_tokens`` whose rate, ``R / (D + I(R) + host)``, falls short of
-        it goes at the floor instead (``FLOOR_TTFT``): the slack's rate would hold a prompt
-        past its deadline, and the floor is the tightest static cap's rate, which trades
-        the gaps as that cap would. The rate is read one step late (the scheduler reads it
-        once a budget was under the floor, ``is_under_floor``). Prompts out of reach or
-        already past their deadline are not in it: they go on at the slack's rate.
+        it goes at the floor instead (``FLOOR_TTFT``), with the fewest tokens whose rate
+        meets the larger of it and ``ttft_paced_rate`` (``_needed_tokens``): the slack's
+        rate would hold a prompt past its deadline, and the floor is the tightest static
+        cap's rate, which trades the gaps as that cap would. The rate is read one step
+        late (the scheduler reads it once a budget was under the floor,
+        ``is_under_floor``). Prompts out of reach or already past their deadline are not in
+        it: they go on at the slack's rate.
 
         ``ttft_paced_rate``: the same rate to each deadline less its guard
         (``prefill_order.paced_deadline``). A floor step for ``FLOOR_NO_SLACK`` or
@@ -331,8 +336,23 @@ class DeadlinePlan:
                 else None
             )
             if floor_reason is not None:
+                budget = cap
                 cap, attention = floor_tokens, 0.0
                 self.num_floor_steps += 1
+                if floor_reason == FLOOR_TTFT and ttft_needed_rate:
+                    # NOTE: the fewest tokens above the slack's budget that keep the pace
+                    # the deadlines need, not the whole floor: a floor step's extra
+                    # tokens are what make it end late. Equation in docs/scheduler.md.
+                    cap = self._needed_tokens(
+                        candidates,
+                        budget,
+                        floor_tokens,
+                        margin,
+                        decode_s,
+                        host_s,
+                        max(ttft_needed_rate, ttft_paced_rate or 0.0),
+                    )
+                    attention = plan_prefill(candidates, cap)[1]
                 if floor_reason in (FLOOR_NO_SLACK, FLOOR_LOST) and ttft_paced_rate:
                     paced = self._paced_tokens(
                         candidates,
@@ -463,6 +483,38 @@ class DeadlinePlan:
                 low = middle
         return high
 
+    def _needed_tokens(
+        self,
+        candidates: Sequence[tuple[int, int]],
+        budget: int,
+        floor_tokens: int,
+        margin: float,
+        decode_s: float,
+        host_s: float,
+        needed_rate: float,
+    ) -> int:
+        """The tokens of a floor step for the prompts' TTFT deadlines (``FLOOR_TTFT``): the
+        fewest above the slack's ``budget`` whose rate with the increment at its margin,
+        ``R / (D + m I(R) + host)``, meets ``needed_rate``; ``floor_tokens`` where none
+        fewer does. The margin, as ``_paced_tokens`` takes it: floor steps teach the fit
+        nothing, so its error stays in them."""
+
+        def meets(tokens: int) -> bool:
+            attention = plan_prefill(candidates, tokens)[1]
+            rate = self._rate_tokens_per_s(tokens, attention, decode_s, host_s, margin)
+            return rate >= needed_rate
+
+        if not meets(floor_tokens):
+            return floor_tokens
+        low, high = budget, floor_tokens  # meets(high); not meets(low) (_floor_reason)
+        while high - low > 1:
+            middle = (low + high) // 2
+            if meets(middle):
+                high = middle
+            else:
+                low = middle
+        return high
+
     def _knee_tokens(self, tokens: int, attention: float, base_s: float, least: int) -> int:
         """The fewest prefill tokens whose rate beside ``base_s`` of decodes and host is at
         least ``1 - step_rate_loss`` of the rate of ``tokens`` (token-context product
@@ -567,7 +619,9 @@ class DeadlinePlan:
             # The deadline did not set the cap (its bounds or the prefills left did):
             # a step within its deadline says nothing about the margin, a late one does.
             return False
-        self.margin_correction = corrected(record.margin_correction, overrun, self._params.gain)
+        self.margin_correction = corrected(
+            record.margin_correction, overrun, self._params.gain, self._params.margin_quantile
+        )
         return True
 
     def _end_s(self, step_index: int) -> float | None:

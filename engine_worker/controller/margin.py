@@ -1,33 +1,47 @@
-"""The correction of the deadline plan's margin: the paper's proportional law, kept.
+"""The deadline plan's aim below its objective, and the correction of its margin: the
+paper's proportional law, kept.
 
-Pure Python. The margin ``m`` on a step's prefill increment is a high quantile of what
-mixed steps took beyond the prediction (``slack_model``), times a proportional correction
-``k`` that moves the share of deadline-bound steps ending past their deadline toward
-``TARGET_OVERRUN_RATE``::
+Pure Python. The streams' objective is a ``q`` quantile of their gaps, so it allows a
+``1 - q`` share of late steps. The plan aims at ``OVERRUN_AIM`` of that share: its tails
+(``slack_model``: the decodes' ``q_D`` and the increment's margin ``m``) are taken at the
+quantile ``planned_quantile(q) = 1 - OVERRUN_AIM * (1 - q)`` (0.995 at ``q`` = 0.99: the
+largest of 128 ratios by nearest rank), and a proportional correction ``k`` on the
+margin moves the share of deadline-bound steps ending past their deadline toward
+``r* = OVERRUN_AIM * (1 - q)``::
 
-    m = quantile_q(...) * k
-    k <- clamp(k * (1 + gain * CORRECTION_STEP * (overrun - TARGET_OVERRUN_RATE)), 1, 2)
+    m = quantile_q'(...) * k
+    k <- clamp(k * (1 + gain * CORRECTION_STEP * (overrun - r*)), 1, 2)
 
 with ``overrun`` 1 when the step ended after its deadline and 0 otherwise; at
 equilibrium ``(1 - r) * ln(1 - g*s*r*) + r * ln(1 + g*s*(1 - r*)) = 0`` gives
-an overrun rate ``r`` of about ``r*`` = 1%. The correction never goes below 1:
-the quantile alone already aims at ``1 - q`` overruns, and a plant the model
-predicts exactly gets none. It adds margin where overruns come in runs (a
-slowdown the model has not caught up with).
+an overrun rate ``r`` of about ``r*``. Half, not all: a plan whose own late steps
+take the whole allowed share puts the streams' P99 gap on the objective, and what it
+cannot plan (outliers, floor steps, boosts, the way to the reader) then tips it over.
+The correction never goes below 1: the quantile alone already aims at ``r*``
+overruns, and a plant the model predicts exactly gets none. It adds margin where
+overruns come in runs (a slowdown the model has not caught up with).
 """
 
 from __future__ import annotations
 
-TARGET_OVERRUN_RATE = 0.01
-"""Share of deadline-bound mixed steps the correction lets end past their deadline."""
+OVERRUN_AIM = 0.5
+"""The share of the late steps the streams' objective allows (``1 - q``) that the
+correction aims the deadline-bound mixed steps at."""
 CORRECTION_STEP = 0.1
 """Share of the gain one overrun (or one step within its deadline) moves the correction by."""
 MIN_CORRECTION = 1.0
 MAX_CORRECTION = 2.0
 
 
-def corrected(correction: float, overrun: bool, gain: float) -> float:
-    """The proportional law on the correction after one deadline-bound step."""
-    error = (1.0 if overrun else 0.0) - TARGET_OVERRUN_RATE
+def planned_quantile(quantile: float) -> float:
+    """The quantile the plan takes its tails at for the streams' ``quantile`` objective:
+    the one whose exceedances are ``OVERRUN_AIM`` of those the objective allows."""
+    return 1.0 - OVERRUN_AIM * (1.0 - quantile)
+
+
+def corrected(correction: float, overrun: bool, gain: float, quantile: float) -> float:
+    """The proportional law on the correction after one deadline-bound step, for the
+    streams' ``quantile`` objective."""
+    error = (1.0 if overrun else 0.0) - OVERRUN_AIM * (1.0 - quantile)
     value = correction * (1.0 + gain * CORRECTION_STEP * error)
     return min(max(value, MIN_CORRECTION), MAX_CORRECTION)

@@ -91,10 +91,11 @@ class CapParams:
     """dlfp-ct with feedforward only: plan each mixed step to the running streams'
     deadlines (deadline) or to allowance x target_ms (target)."""
     margin_quantile: float = _setting(0.99, ge=0.5, le=1)
-    """dlfp-ct deadline plan only: the quantile, over the last 128 steps of each kind, of
-    the decode-only steps' observed/predicted time and of the mixed steps' time past it
-    per predicted prefill increment: the decodes' tail and the increment's margin; floor
-    0.5."""
+    """dlfp-ct deadline plan only: the quantile of their gaps the streams' objective holds
+    (0.99: at most 1% late). The plan aims at half the late share it allows: the decodes'
+    tail and the increment's margin are the ``1 - (1 - q) / 2`` quantile, over the last 128
+    steps of each kind, of the decode-only steps' observed/predicted time and of the mixed
+    steps' time past it per predicted prefill increment; floor 0.5."""
     delivery_share: float = _setting(0.05, ge=0, le=0.5)
     """dlfp-ct deadline plan only: the share of each step's slack (what the tightest stream
     deadline leaves after the decodes' tail) the plan leaves unplanned, for a token's way

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Every condition on the scheduler that aims below its objective: the plan's tails at the
+# quantile of half the late share the streams' objective allows (0.995 for a P99
+# objective) and the margin's correction aimed at that half (0.5% of deadline-bound steps
+# late), and a floor step for the prompts' TTFT deadlines carrying only the tokens their
+# pace needs. The conditions sized afresh at the run's start, as the aims define them
+# (its own sizing.json and conditions.json), and the arms of episodes-resized-zen4:
+# 1. The default objective with 2 and 8 decoding streams: fixed-128 and dlfp-ct, 12
+#    episodes each.
+# 2. The tight objective with 2 streams: fixed-8, fixed-16 and dlfp-ct, 12 episodes; with
+#    8 streams and the thin condition: fixed-8 and dlfp-ct, 12 episodes each.
+# The arms are rotated per episode on one gateway. Run from the repository root, with
+# nothing else running: bench/results/episodes-aimed-zen4/run.sh. Resumes where it stopped.
+# Tables:
+# dlfp-gateway bench episodes --results bench/results/episodes-aimed-zen4
+# .venv/bin/python bench/results/episodes-shed-zen4/shed.py bench/results/episodes-aimed-zen4
+# .venv/bin/python bench/results/episodes-paced-zen4/paced.py bench/results/episodes-aimed-zen4
+set -euo pipefail
+OUT=bench/results/episodes-aimed-zen4
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+bench_defaults
+mkdir -p "$OUT"
+begin_gateway_run
+# NOTE: the sizing and conditions only (written before the conditions are read; no
+# condition is named "sizing", so the command stops there with an error, which is expected).
+if [[ ! -f $OUT/conditions.json ]]; then
+    run_episodes sizing fixed-8 1 || true
+fi
+mapfile -t names < <("$PY" -c 'import json, sys
+print("\n".join(json.load(open(sys.argv[1]))["conditions"]))' "$OUT/conditions.json")
+run_episodes "${names[0]}" fixed-128,dlfp-ct 12
+run_episodes "${names[1]}" fixed-128,dlfp-ct 12
+run_episodes "${names[2]}" fixed-8,fixed-16,dlfp-ct 12
+run_episodes "${names[3]}" fixed-8,dlfp-ct 12
+run_episodes "${names[4]}" fixed-8,dlfp-ct 12
+end_gateway_run
