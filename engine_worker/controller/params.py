@@ -236,7 +236,8 @@ class ControllerState:
     num_floor_steps: int = 0
     """Deadline plan: steps that carried ``min_cap_tokens`` because the streams' objective
     left no slack beside the decodes' own tail, was lost, or will leave none at the first
-    prompt's end, or because the slack's rate would hold a prompt past its TTFT deadline
+    prompt's end, or that went beyond the slack's budget because its rate would hold a
+    prompt past its TTFT deadline, with only the tokens the deadlines need
     (``Deadline.is_floor``), paced ones (``num_paced_steps``) included."""
     num_ttft_overdue_steps: int = 0
     """Deadline plan: planned steps with a prefill past its TTFT deadline (it goes on at the

@@ -11,6 +11,9 @@
 #    8 streams and the thin condition: fixed-8 and dlfp-ct, 12 episodes each.
 # The arms are rotated per episode on one gateway. Run from the repository root, with
 # nothing else running: bench/results/episodes-aimed-zen4/run.sh. Resumes where it stopped.
+# The step logs, gateway log and progress log were dropped after served.md, paced.md and the
+# late-step counts of docs/results.md were made (git checkout b1cce605 --
+# bench/results/episodes-aimed-zen4 restores them); the episode records stay.
 # Tables:
 # dlfp-gateway bench episodes --results bench/results/episodes-aimed-zen4
 # .venv/bin/python bench/results/episodes-shed-zen4/shed.py bench/results/episodes-aimed-zen4

@@ -11,9 +11,7 @@
 #    8 streams and the thin condition: fixed-8 and dlfp-ct, 12 episodes each.
 # The arms are rotated per episode on one gateway. Run from the repository root, with
 # nothing else running: bench/results/episodes-resized-zen4/run.sh. Resumes where it stopped.
-# The step logs, gateway log and progress log were dropped after served.md and paced.md
-# were made (git checkout fcad65ab -- bench/results/episodes-resized-zen4 restores them);
-# the episode records stay. Tables:
+# Its raw records were dropped after served.md and paced.md were made (DROPPED.md). Tables:
 # dlfp-gateway bench episodes --results bench/results/episodes-resized-zen4
 # .venv/bin/python bench/results/episodes-shed-zen4/shed.py bench/results/episodes-resized-zen4
 # .venv/bin/python bench/results/episodes-paced-zen4/paced.py bench/results/episodes-resized-zen4
