@@ -87,9 +87,10 @@ class Deadline:
     is_floor: bool = False
     """Whether the step carries ``min_cap_tokens`` because the objective leaves no slack
     beside the decodes' own tail, is lost (``DeadlinePlan.objective_lost``), or will leave
-    none at the first prompt's end (``DeadlinePlan._end_lacks_slack``), or because the
-    slack's rate would hold a prompt past its TTFT deadline; for the first two, more where
-    the prompts' TTFT deadlines need it (``DeadlinePlan._paced_tokens``)."""
+    none at the first prompt's end (``DeadlinePlan._end_lacks_slack``), or goes beyond the
+    slack's budget because its rate would hold a prompt past its TTFT deadline (then with
+    only the tokens the deadlines need, ``DeadlinePlan._needed_tokens``); for the first two,
+    more where the prompts' TTFT deadlines need it (``DeadlinePlan._paced_tokens``)."""
     floor_reason: str | None = None
     """Which of those sent a floor step, the first that holds (``FLOOR_NO_SLACK``,
     ``FLOOR_LOST``, ``FLOOR_END``, ``FLOOR_TTFT``); None for any other step."""
@@ -179,7 +180,9 @@ class DeadlinePlan:
 
     def overrun_allowance(self) -> float:
         """Overruns the streams' objective still allows: ``(1 - q) N`` over the last ``N``
-        completed deadline steps, less those that ended late and the boosts in flight."""
+        completed deadline steps, less those that ended late and the boosts in flight. The
+        whole share, not the half the plan aims at (``margin``): the other half is left
+        for what the plan does not plan, boosts among it."""
         return self._allowed_late() - self._num_late - self._boosts_in_flight
 
     def objective_lost(self) -> bool:
@@ -497,7 +500,12 @@ class DeadlinePlan:
         fewest above the slack's ``budget`` whose rate with the increment at its margin,
         ``R / (D + m I(R) + host)``, meets ``needed_rate``; ``floor_tokens`` where none
         fewer does. The margin, as ``_paced_tokens`` takes it: floor steps teach the fit
-        nothing, so its error stays in them."""
+        nothing, so its error stays in them. The budget never meets it: ``_floor_reason``
+        found its rate at the mean increment short of the unguarded rate, and the margin
+        (at least 1) and the guarded rate only lower the one and raise the other. The
+        search takes the rate to rise with the tokens, as it does while the decodes' time
+        exceeds the attention's quadratic part; where it does not (steps of hundreds of
+        tokens, as ``min_cap_tokens`` is on CUDA), it may return more than the fewest."""
 
         def meets(tokens: int) -> bool:
             attention = plan_prefill(candidates, tokens)[1]

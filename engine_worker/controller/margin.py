@@ -2,12 +2,14 @@
 paper's proportional law, kept.
 
 Pure Python. The streams' objective is a ``q`` quantile of their gaps, so it allows a
-``1 - q`` share of late steps. The plan aims at ``OVERRUN_AIM`` of that share: its tails
-(``slack_model``: the decodes' ``q_D`` and the increment's margin ``m``) are taken at the
-quantile ``planned_quantile(q) = 1 - OVERRUN_AIM * (1 - q)`` (0.995 at ``q`` = 0.99: the
-largest of 128 ratios by nearest rank), and a proportional correction ``k`` on the
-margin moves the share of deadline-bound steps ending past their deadline toward
-``r* = OVERRUN_AIM * (1 - q)``::
+``1 - q`` share of late steps. The plan aims at ``OVERRUN_AIM`` of that share. Its tails
+(``slack_model``: the decodes' ``q_D`` and the increment's margin ``m``) are taken at
+the quantile ``planned_quantile(q) = 1 - OVERRUN_AIM * (1 - q)``: 0.995 at ``q`` = 0.99,
+which on a window of 128 ratios is its largest by nearest rank (at 0.99, its second
+largest). A new ratio exceeds a window's largest about 1 time in 129 (0.8%) and its
+second largest about 2 in 129 (1.6%), so the quantile alone does not hold the aim; a
+proportional correction ``k`` on the margin moves the share of deadline-bound steps
+ending past their deadline toward ``r* = OVERRUN_AIM * (1 - q)``::
 
     m = quantile_q'(...) * k
     k <- clamp(k * (1 + gain * CORRECTION_STEP * (overrun - r*)), 1, 2)
@@ -16,10 +18,11 @@ with ``overrun`` 1 when the step ended after its deadline and 0 otherwise; at
 equilibrium ``(1 - r) * ln(1 - g*s*r*) + r * ln(1 + g*s*(1 - r*)) = 0`` gives
 an overrun rate ``r`` of about ``r*``. Half, not all: a plan whose own late steps
 take the whole allowed share puts the streams' P99 gap on the objective, and what it
-cannot plan (outliers, floor steps, boosts, the way to the reader) then tips it over.
-The correction never goes below 1: the quantile alone already aims at ``r*``
-overruns, and a plant the model predicts exactly gets none. It adds margin where
-overruns come in runs (a slowdown the model has not caught up with).
+does not plan (outliers, floor steps, boosts, each token's way to its reader) then
+tips it over. The correction never goes below 1: a step is late only where both tails and the
+model's error line up, so the quantiles often keep the steps within the aim alone, and
+a plant the model predicts exactly gets no overrun. It adds margin where overruns come
+in runs (a slowdown the model has not caught up with) or outnumber the aim.
 """
 
 from __future__ import annotations

@@ -223,7 +223,8 @@ class ControllerState:
     """Deadline plan: the factor on each predicted prefill increment (quantile x
     correction), or None."""
     margin_correction: float = 1.0
-    """Deadline plan: the proportional correction of the margin toward 1% overruns."""
+    """Deadline plan: the proportional correction of the margin toward half the overruns
+    the streams' objective allows (0.5% at ``margin_quantile`` 0.99)."""
     margin_samples: int = 0
     """Mixed steps in the margin's window (the margin is 1.5 until 8). Only a step whose
     prefill increment is at least a quarter of its decode time enters it."""

@@ -97,7 +97,8 @@ class StepRecord:
     is_floor: bool = False
     """Whether the deadline plan sent ``min_cap_tokens`` (or more, paced to the prompts'
     TTFT deadlines) for want of any slack, now or at the first prompt's end, with the
-    objective lost, or for a TTFT deadline the slack's rate would miss
+    objective lost, or beyond the slack's budget (up to ``min_cap_tokens``) for a TTFT
+    deadline the slack's rate would miss
     (``Deadline.is_floor``)."""
     floor_reason: str | None = None
     """Which rule sent the floor step (``Deadline.floor_reason``), else None."""

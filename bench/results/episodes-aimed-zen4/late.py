@@ -4,8 +4,8 @@ from its step logs (`<condition>/steps/episode-*/dlfp-ct.json.gz`): the deadline
 those that were not floor steps (the range of their observed over predicted time, and how
 many were outliers, over 1.5 times) and floor steps by `floor_reason`; and the floor steps for TTFT
 deadlines (`ttft_at_risk`) that carried fewer than 8 tokens. The step logs of
-episodes-aimed-zen4 and episodes-resized-zen4 were dropped; restore them first (their
-run.sh and DROPPED.md say how). Run from the repository root:
+episodes-aimed-zen4 and episodes-resized-zen4 were dropped; restore them first (the
+former's run.sh and the latter's DROPPED.md say how). Run from the repository root:
 .venv/bin/python bench/results/episodes-aimed-zen4/late.py bench/results/episodes-aimed-zen4"""
 
 from __future__ import annotations
