@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine_worker.controller.cost_model import StepShape, plan_prefill
@@ -467,24 +467,8 @@ class DeadlinePlan:
         most = min(self.slack.budget_tokens(bound_s, candidates, margin)[0], limit)
         if most <= least:
             return least
-
-        def rate(tokens: int) -> float:
-            return self._rate_tokens_per_s(
-                *plan_prefill(candidates, tokens), decode_s, host_s, margin
-            )
-
-        if rate(least) >= needed_rate:
-            return least
-        if rate(most) < needed_rate:
-            return most
-        low, high = least, most  # rate(low) < needed_rate <= rate(high)
-        while high - low > 1:
-            middle = (low + high) // 2
-            if rate(middle) >= needed_rate:
-                high = middle
-            else:
-                low = middle
-        return high
+        meets = self._meets_rate(candidates, margin, decode_s, host_s, needed_rate)
+        return least if meets(least) else _fewest_above(least, most, meets)
 
     def _needed_tokens(
         self,
@@ -507,21 +491,26 @@ class DeadlinePlan:
         exceeds the attention's quadratic part; where it does not (steps of hundreds of
         tokens, as ``min_cap_tokens`` is on CUDA), it may return more than the fewest."""
 
+        meets = self._meets_rate(candidates, margin, decode_s, host_s, needed_rate)
+        return _fewest_above(budget, floor_tokens, meets)
+
+    def _meets_rate(
+        self,
+        candidates: Sequence[tuple[int, int]],
+        margin: float,
+        decode_s: float,
+        host_s: float,
+        needed_rate: float,
+    ) -> Callable[[int], bool]:
+        """Whether steps of so many tokens of ``candidates`` prefill at ``needed_rate`` or
+        faster, with the increment at ``margin`` (``_rate_tokens_per_s``)."""
+
         def meets(tokens: int) -> bool:
             attention = plan_prefill(candidates, tokens)[1]
             rate = self._rate_tokens_per_s(tokens, attention, decode_s, host_s, margin)
             return rate >= needed_rate
 
-        if not meets(floor_tokens):
-            return floor_tokens
-        low, high = budget, floor_tokens  # meets(high); not meets(low) (_floor_reason)
-        while high - low > 1:
-            middle = (low + high) // 2
-            if meets(middle):
-                high = middle
-            else:
-                low = middle
-        return high
+        return meets
 
     def _knee_tokens(self, tokens: int, attention: float, base_s: float, least: int) -> int:
         """The fewest prefill tokens whose rate beside ``base_s`` of decodes and host is at
@@ -653,3 +642,17 @@ class DeadlinePlan:
         if latest is None:
             return now_s
         return max(latest, now_s) if self._params.observation == Observation.BUSY else latest
+
+
+def _fewest_above(low: int, high: int, meets: Callable[[int], bool]) -> int:
+    """The fewest tokens in ``(low, high]`` that ``meets``, by bisection where it turns true
+    as the tokens grow (``low`` does not); ``high`` where none does."""
+    if not meets(high):
+        return high
+    while high - low > 1:  # meets(high); not meets(low)
+        middle = (low + high) // 2
+        if meets(middle):
+            high = middle
+        else:
+            low = middle
+    return high
