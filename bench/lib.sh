@@ -83,6 +83,27 @@ begin_episodes_run() {  # begin_episodes_run SIBLING: an episodes script's start
     begin_gateway_run
 }
 
+begin_tiers_run() {  # begin_tiers_run SIBLING: a tiers script's start, into $OUT:
+    # bench_defaults, the calibration of the results folder SIBLING copied unless $OUT has
+    # its own (the same arms and workload), then begin_gateway_run.
+    bench_defaults
+    mkdir -p "$OUT"
+    [ -e "$OUT/calibration.json" ] || cp -r "$1/calibration.json" "$1/calibration" "$OUT/"
+    begin_gateway_run
+}
+
+size_conditions() {  # size_conditions: an episodes script's conditions sized at the run's
+    # start, into $OUT/sizing.json and $OUT/conditions.json unless they are there, and
+    # their names in CONDITIONS, in order. Needs the gateway started (begin_gateway_run).
+    # NOTE: the sizing and conditions only (written before the conditions are read; no
+    # condition is named "sizing", so the command stops there with an error, as expected).
+    if [[ ! -f $OUT/conditions.json ]]; then
+        run_episodes sizing fixed-8 1 || true
+    fi
+    mapfile -t CONDITIONS < <("$PY" -c 'import json, sys
+print("\n".join(json.load(open(sys.argv[1]))["conditions"]))' "$OUT/conditions.json")
+}
+
 run_episodes() {  # run_episodes CONDITIONS ARMS EPISODES: `bench episodes --conditions --only
     # CONDITIONS` on the gateway at $PORT into $OUT, its progress appended to
     # $OUT/logs/episodes-progress.log. Needs PY, PORT, TOKEN, TOK and OUT.

@@ -22,16 +22,10 @@ source bench/lib.sh
 bench_defaults
 mkdir -p "$OUT"
 begin_gateway_run
-# NOTE: the sizing and conditions only (written before the conditions are read; no
-# condition is named "sizing", so the command stops there with an error, which is expected).
-if [[ ! -f $OUT/conditions.json ]]; then
-    run_episodes sizing fixed-8 1 || true
-fi
-mapfile -t names < <("$PY" -c 'import json, sys
-print("\n".join(json.load(open(sys.argv[1]))["conditions"]))' "$OUT/conditions.json")
-run_episodes "${names[0]}" fixed-128,dlfp-ct 12
-run_episodes "${names[1]}" fixed-128,dlfp-ct 12
-run_episodes "${names[2]}" fixed-8,fixed-16,dlfp-ct 12
-run_episodes "${names[3]}" fixed-8,dlfp-ct 12
-run_episodes "${names[4]}" fixed-8,dlfp-ct 12
+size_conditions
+run_episodes "${CONDITIONS[0]}" fixed-128,dlfp-ct 12
+run_episodes "${CONDITIONS[1]}" fixed-128,dlfp-ct 12
+run_episodes "${CONDITIONS[2]}" fixed-8,fixed-16,dlfp-ct 12
+run_episodes "${CONDITIONS[3]}" fixed-8,dlfp-ct 12
+run_episodes "${CONDITIONS[4]}" fixed-8,dlfp-ct 12
 end_gateway_run

@@ -11,10 +11,6 @@ set -euo pipefail
 OUT=bench/results/tiers-knee-zen4
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
-bench_defaults
-mkdir -p "$OUT"
-[ -e "$OUT/calibration.json" ] || cp -r bench/results/tiers-delivery-zen4/calibration.json \
-    bench/results/tiers-delivery-zen4/calibration "$OUT/"
-begin_gateway_run
+begin_tiers_run bench/results/tiers-delivery-zen4
 run_tiers
 end_gateway_run
