@@ -650,6 +650,36 @@ def test_a_floor_step_names_the_first_rule_that_sent_it(
     assert deadline.cap_tokens == (PARAMS.min_cap_tokens if reason else budget)
 
 
+@pytest.mark.parametrize("reason", [FLOOR_NO_SLACK, FLOOR_LOST, FLOOR_END])
+def test_the_rate_read_after_a_floor_step_counts_its_attention(
+    monkeypatch: pytest.MonkeyPatch, reason: str
+) -> None:
+    """The rate at-risk classification and the boost read after a floor step is that of its
+    tokens with their token-context product: a prompt deep in its context costs more a
+    token (on a plant whose attention weighs)."""
+    plan = DeadlinePlan(PARAMS)
+    rng = random.Random(0)
+    for size in (16, 64, 8, 32, 4, 48, 12, 24) * 3:
+        computed = rng.randrange(0, 2000)
+        for shape in (
+            StepShape(NUM_STREAMS, CONTEXT),
+            StepShape(NUM_STREAMS, CONTEXT, size, chunk_attention(computed, size)),
+        ):
+            plan.slack.observe(shape, HEAVY_ATTENTION.exact_s(shape))
+    monkeypatch.setattr(plan, "_lacks_slack", lambda *args: reason == FLOOR_NO_SLACK)
+    monkeypatch.setattr(plan, "objective_lost", lambda: reason == FLOOR_LOST)
+    monkeypatch.setattr(plan, "_end_lacks_slack", lambda *args: reason == FLOOR_END)
+    monkeypatch.setattr(plan.slack, "budget_tokens", lambda *args: (0, 0.0))
+    computed = 3000
+    deadline = plan.plan(0.0, NUM_STREAMS, CONTEXT, [(computed, 200)], oldest_token_step=0)
+    assert deadline.floor_reason == reason
+    floor = PARAMS.min_cap_tokens
+    decode_s = plan.slack.decode_s(StepShape(NUM_STREAMS, CONTEXT))
+    rate = plan._rate_tokens_per_s(floor, chunk_attention(computed, floor), decode_s, 0.0)
+    assert plan.slack_rate_tokens_per_s == pytest.approx(rate)
+    assert rate < 0.9 * plan._rate_tokens_per_s(floor, 0.0, decode_s, 0.0)
+
+
 def _collapsed_plan() -> DeadlinePlan:
     """A deadline plan at a 90 ms objective with 2 streams whose increment fit has been
     driven toward the floor of its rates: 16-token steps that took less than the decodes'

@@ -340,7 +340,7 @@ class DeadlinePlan:
             )
             if floor_reason is not None:
                 budget = cap
-                cap, attention = floor_tokens, 0.0
+                cap, attention = floor_tokens, plan_prefill(candidates, floor_tokens)[1]
                 self.num_floor_steps += 1
                 if floor_reason == FLOOR_TTFT and ttft_needed_rate:
                     # NOTE: the fewest tokens above the slack's budget that keep the pace
