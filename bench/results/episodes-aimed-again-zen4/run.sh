@@ -11,11 +11,15 @@
 # The arms are rotated per episode on one gateway. Run from the repository root, with
 # nothing else running: bench/results/episodes-aimed-again-zen4/run.sh. Resumes where it
 # stopped.
+# The step logs, gateway log and progress log were dropped after served.md, paced.md,
+# late.md and analysis.md were made (git checkout 4710e16d --
+# bench/results/episodes-aimed-again-zen4 restores them); the episode records stay.
 # Tables:
 # dlfp-gateway bench episodes --results bench/results/episodes-aimed-again-zen4
 # .venv/bin/python bench/results/episodes-shed-zen4/shed.py bench/results/episodes-aimed-again-zen4
 # .venv/bin/python bench/results/episodes-paced-zen4/paced.py bench/results/episodes-aimed-again-zen4
 # .venv/bin/python bench/results/episodes-aimed-zen4/late.py bench/results/episodes-aimed-again-zen4
+# .venv/bin/python bench/results/episodes-room-zen4/analyse.py bench/results/episodes-aimed-again-zen4
 set -euo pipefail
 OUT=bench/results/episodes-aimed-again-zen4
 # shellcheck source=bench/lib.sh
