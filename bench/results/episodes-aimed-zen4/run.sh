@@ -13,7 +13,8 @@
 # nothing else running: bench/results/episodes-aimed-zen4/run.sh. Resumes where it stopped.
 # The step logs, gateway log and progress log were dropped after served.md, paced.md and the
 # late-step counts of docs/results.md were made (git checkout b1cce605 --
-# bench/results/episodes-aimed-zen4 restores them); the episode records stay.
+# bench/results/episodes-aimed-zen4 restores them); the episode records were dropped later
+# (git checkout 4710e16d -- bench/results/episodes-aimed-zen4 restores them: DROPPED.md).
 # Tables:
 # dlfp-gateway bench episodes --results bench/results/episodes-aimed-zen4
 # .venv/bin/python bench/results/episodes-shed-zen4/shed.py bench/results/episodes-aimed-zen4
