@@ -5,7 +5,8 @@
 # prompts' intervals were widest: the conditions sized afresh at the run's start (its own
 # sizing.json and conditions.json):
 # 1. The default objective with 2 and 8 decoding streams: fixed-128 and dlfp-ct, 24
-#    episodes each (episodes 0 to 11 send what episodes-aimed-zen4's did).
+#    episodes each (episodes 0 to 11 draw the arrivals' offsets of episodes-aimed-zen4's;
+#    the long prompts, sized afresh, differ).
 # 2. The tight objective with 2 streams: fixed-8, fixed-16 and dlfp-ct, 12 episodes; with
 #    8 streams and the thin condition: fixed-8 and dlfp-ct, 12 episodes each.
 # The arms are rotated per episode on one gateway. Run from the repository root, with
