@@ -339,8 +339,7 @@ class DeadlinePlan:
                 else None
             )
             if floor_reason is not None:
-                budget = cap
-                cap, attention = floor_tokens, plan_prefill(candidates, floor_tokens)[1]
+                budget, cap = cap, floor_tokens
                 self.num_floor_steps += 1
                 if floor_reason == FLOOR_TTFT and ttft_needed_rate:
                     # NOTE: the fewest tokens above the slack's budget that keep the pace
@@ -355,7 +354,6 @@ class DeadlinePlan:
                         host_s,
                         max(ttft_needed_rate, ttft_paced_rate or 0.0),
                     )
-                    attention = plan_prefill(candidates, cap)[1]
                 if floor_reason in (FLOOR_NO_SLACK, FLOOR_LOST) and ttft_paced_rate:
                     paced = self._paced_tokens(
                         candidates,
@@ -368,8 +366,11 @@ class DeadlinePlan:
                         ttft_paced_rate,
                     )
                     if paced > floor_tokens:
-                        cap, attention = plan_prefill(candidates, paced)
+                        cap = paced
                         self.num_paced_steps += 1
+                # The floor step's own token-context product, whichever rule sized it:
+                # the rate read after it counts its attention.
+                cap, attention = plan_prefill(candidates, cap)
             self.slack_rate_tokens_per_s = self._rate_tokens_per_s(cap, attention, decode_s, host_s)
             if floor_reason is not None:
                 return Deadline(

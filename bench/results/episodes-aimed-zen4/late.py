@@ -16,8 +16,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-OUTLIER_RATIO = 1.5
-"""As the slack model's (``slack_model.OUTLIER_RATIO``)."""
+from engine_worker.controller.slack_model import OUTLIER_RATIO
+
 FLOOR_TOKENS = 8
 """``min_cap_tokens`` on the CPU."""
 
