@@ -946,3 +946,41 @@ def test_a_slow_spell_learnt_as_the_speed_moves_the_decode_fit_not_its_tail() ->
         cap = deadline.cap_tokens
         assert cap is not None and cap >= 8 and not deadline.is_floor, deadline
         plan.slack.observe(StepShape(2, 400, cap, chunk_attention(100, cap)), 0.040 + cap * 0.001)
+
+
+def test_a_slow_spell_learnt_on_mixed_steps_leaves_the_margin_within_its_age() -> None:
+    """Six 32-token steps at 2.5 times their time, eight streams at a 90 ms objective: the
+    last three are learnt as the machine's speed, and their ratios, to the fits of the
+    speed before, raise the margin. The speed comes back, but the raised margin leaves a
+    budget under the floor whose increments are too small for the margin to learn from:
+    no ratio comes to flush the window. The ratios leave it once the increment fit has
+    taken ``MARGIN_MAX_AGE`` steps, and the budget comes back (it stayed under the floor
+    before: a margin of 7.7 held an engine run's plan at the floor for four episodes)."""
+    from engine_worker.controller.slack_model import MARGIN_MAX_AGE
+
+    plan = DeadlinePlan(cap_params(itl_slo_ms=90.0))
+    decodes = StepShape(8, 4000)
+
+    def step_s(cap: int) -> float:
+        return 0.055 + cap * 0.001
+
+    def chunk(cap: int) -> StepShape:
+        return StepShape(8, 4000, cap, chunk_attention(100, cap))
+
+    for _ in range(40):
+        plan.slack.observe(decodes, 0.055)
+        plan.slack.observe(chunk(32), step_s(32))
+    calm = plan.margin_value()
+    for _ in range(6):
+        plan.slack.observe(chunk(32), 2.5 * step_s(32))
+    assert plan.margin_value() > 2 * calm  # the precondition: the spell raised the margin
+    candidates = [(100, 100_000)]
+    caps = []
+    for _ in range(MARGIN_MAX_AGE + 20):
+        cap = plan.plan(0.0, 8, 4000, candidates, oldest_token_step=0).cap_tokens
+        assert cap is not None
+        caps.append(cap)
+        plan.slack.observe(chunk(cap), step_s(cap))
+    assert max(caps[:100]) < 8  # held under the floor while the ratios stay
+    assert min(caps[-10:]) >= 16, caps[-10:]
+    assert plan.margin_value() < 2 * calm

@@ -49,3 +49,13 @@ def test_window_keeps_the_last_values_sorted() -> None:
     assert window.median() == (last[7] + last[8]) / 2
     window.clear()
     assert window.size == 0
+
+
+def test_dropping_the_oldest_keeps_the_rest_sorted() -> None:
+    window = SlidingWindow(capacity=4)
+    for value in (3.0, 1.0, 4.0, 2.0):
+        window.add(value)
+    window.drop_oldest()
+    assert window.size == 3
+    assert window.quantile(0.0) == 1.0 and window.quantile(1.0) == 4.0
+    assert window.median() == 2.0

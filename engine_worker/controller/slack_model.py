@@ -30,7 +30,11 @@ and fits (no plan can meet it, and the tail would stay inflated for a whole wind
 from the ``OUTLIER_RUN``-th in a row they are the machine's new speed, and learnt by the
 fits and the increment's tail, not the decodes' tail: their ratio is to the fit of the
 speed before, and few decode-only steps come to flush that tail while prefills wait
-(mixed steps come often enough to flush the increment's). Before the fits are ready
+(mixed steps come often enough to flush the increment's). A ratio leaves the
+increment's tail once the increment fit has taken ``MARGIN_MAX_AGE`` steps since it came,
+flushed or not: it is to the fits of its own time, which weigh under 1% by then. Without
+that, a ratio learnt in a slow spell held the margin for as long as only small increments
+came, and a high margin itself sends them (floor steps). Before the fits are ready
 nothing is an outlier: every decode-only step enters the decodes' tail.
 
 The fits are trusted only near the sizes they predict: a step with decodes carries at
@@ -74,6 +78,10 @@ TRUST_STEPS = 64
 """Steps with decodes and prefill, not outliers, whose largest prefill bounds the next."""
 TRUST_GROWTH = 2
 """The most a step's prefill may exceed the largest of the last ``TRUST_STEPS`` by."""
+MARGIN_MAX_AGE = 256
+"""Increment-fit updates after which a ratio leaves the increment's tail (the margin): the
+fits it was measured against weigh ``FORGETTING ** 256``, under 1%, by then. Where at
+least every other mixed step gives a ratio, the window's ``TAIL_STEPS`` flush it sooner."""
 MIN_INCREMENT_SHARE = 0.25
 """The least increment (a share of the decode time) whose ratio the margin learns."""
 OUTLIER_RATIO = 1.5
@@ -208,6 +216,8 @@ class SlackModel:
         self._increment = _RecursiveFit(2)
         self._decode_tail = SlidingWindow(TAIL_STEPS)
         self._increment_tail = SlidingWindow(TAIL_STEPS)
+        self._margin_ages: deque[int] = deque(maxlen=TAIL_STEPS)
+        """The increment fit's sample count when each ratio in its tail came, oldest first."""
         self.num_outliers = 0
         self._outliers_in_a_row = 0
         self._chunks: deque[int] = deque(maxlen=TRUST_STEPS)
@@ -324,7 +334,12 @@ class SlackModel:
             # What the step took beyond the decodes' tail, per predicted increment: its
             # q quantile is the margin that keeps q_D * D + m * I above a q share of steps.
             self._increment_tail.add((seconds - decode_s * self.decode_tail()) / increment_s)
+            self._margin_ages.append(self._increment.num_samples)
         self._increment.update(x, seconds - decode_s)
+        ages, oldest = self._margin_ages, self._increment.num_samples - MARGIN_MAX_AGE
+        while ages and ages[0] <= oldest:
+            ages.popleft()
+            self._increment_tail.drop_oldest()
         if self.is_ready and is_small:
             # NOTE: a small increment leaves the step mostly decodes: the decode time
             # follows the machine even while every step carries prefill.

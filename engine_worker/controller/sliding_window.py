@@ -48,8 +48,12 @@ class SlidingWindow:
         self._values.append(value)
         bisect.insort(self._sorted, value)
         if len(self._values) > self._capacity:
-            old = self._values.popleft()
-            del self._sorted[bisect.bisect_left(self._sorted, old)]
+            self.drop_oldest()
+
+    def drop_oldest(self) -> None:
+        """Remove the oldest value; needs a value."""
+        old = self._values.popleft()
+        del self._sorted[bisect.bisect_left(self._sorted, old)]
 
     def median(self) -> float:
         """The median (the mean of the two middle values of an even count); needs a value."""
