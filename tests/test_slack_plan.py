@@ -817,7 +817,8 @@ def test_a_prompt_the_slack_rate_would_hold_past_its_deadline_goes_at_the_floor(
     the rate their deadlines need exceeds the slack's, so the plan goes at the floor
     (``min_cap_tokens``, the tightest static cap) and both meet it, while fewer of its
     steps end late than the tightest cap's. Without the rule (the control) the second
-    prompt waits past its objective."""
+    prompt comes later: past its objective in seed 1 (33.0 s); in seed 0 at 28.3 s, where
+    the slack's rate, its margin's ratios aged out, comes near enough."""
     prompts = {"first": (0, 1600), "second": (20, 1600)}
 
     def run(plant: DriftingPlant) -> Run:
@@ -835,7 +836,9 @@ def test_a_prompt_the_slack_rate_would_hold_past_its_deadline_goes_at_the_floor(
     assert sum(planned.late[:num_steps]) < sum(tightest.late[:tightest_steps])
     monkeypatch.setattr(PrefillCapController, "reads_ttft_rate", lambda self: False)
     control = run(FAST_DECODE)
-    assert control.ttft_s.get("second", math.inf) > 30.0, control.ttft_s
+    second = control.ttft_s.get("second", math.inf)
+    assert second > planned.ttft_s["second"], (control.ttft_s, planned.ttft_s)
+    assert seed != 1 or second > 30.0, control.ttft_s
 
 
 def test_a_floor_for_ttft_deadlines_carries_only_the_tokens_they_need(
@@ -953,8 +956,8 @@ def test_a_slow_spell_learnt_on_mixed_steps_leaves_the_margin_within_its_age() -
     last three are learnt as the machine's speed, and their ratios, to the fits of the
     speed before, raise the margin. The speed comes back, but the raised margin leaves a
     budget under the floor whose increments are too small for the margin to learn from:
-    no ratio comes to flush the window. The ratios leave it once the increment fit has
-    taken ``MARGIN_MAX_AGE`` steps, and the budget comes back (it stayed under the floor
+    no ratio comes to flush the window. The ratios leave it ``MARGIN_MAX_AGE`` steps with
+    prefill after they came, and the budget comes back (it stayed under the floor
     before: a margin of 7.7 held an engine run's plan at the floor for four episodes)."""
     from engine_worker.controller.slack_model import MARGIN_MAX_AGE
 
@@ -984,3 +987,44 @@ def test_a_slow_spell_learnt_on_mixed_steps_leaves_the_margin_within_its_age() -
     assert max(caps[:100]) < 8  # held under the floor while the ratios stay
     assert min(caps[-10:]) >= 16, caps[-10:]
     assert plan.margin_value() < 2 * calm
+
+
+def test_floor_steps_age_the_margin_out_of_a_slow_spell() -> None:
+    """The spell of the test above raises the margin; then the machine slows for good,
+    decodes of 95 ms against the 90 ms objective leave no slack, and every step goes at the
+    floor (``no_slack``). Floor steps teach the fits nothing, so no ratio comes; they age
+    the ratios all the same, and the margin falls back once ``MARGIN_MAX_AGE`` of them have
+    passed (an engine run at 90 ms with 8 streams kept a margin of 4.65 through 16
+    episodes of floor steps before they did)."""
+    from engine_worker.controller.slack_model import MARGIN_MAX_AGE, STARTING_TAIL
+
+    clock = FakeClock()
+    controller = PrefillCapController(cap_params(itl_slo_ms=90.0), clock=clock, wall_clock=clock)
+    plan = controller._deadline_plan
+    decodes = StepShape(8, 4000)
+
+    def chunk(cap: int) -> StepShape:
+        return StepShape(8, 4000, cap, chunk_attention(100, cap))
+
+    for _ in range(40):
+        plan.slack.observe(decodes, 0.055)
+        plan.slack.observe(chunk(32), 0.087)
+    for _ in range(6):
+        plan.slack.observe(chunk(32), 2.5 * 0.087)
+    for _ in range(20):
+        plan.slack.observe(decodes, 0.095)
+    raised = plan.margin_value()
+    assert raised > 2 * STARTING_TAIL  # the precondition: the spell's ratios hold it up
+    for step in range(MARGIN_MAX_AGE + 10):
+        cap = controller.on_schedule(
+            8,
+            candidates=[(100, 100_000)],
+            decode_context_tokens=4000,
+            oldest_token_step=step - 1 if step else None,
+        )
+        assert cap is not None
+        controller.on_scheduled(cap, 8, shape=chunk(cap))
+        clock.advance(0.095 + cap * 0.001)
+        controller.on_step_done()
+    assert plan.num_floor_steps >= MARGIN_MAX_AGE
+    assert plan.margin_value() <= STARTING_TAIL < raised

@@ -31,10 +31,10 @@ from the ``OUTLIER_RUN``-th in a row they are the machine's new speed, and learn
 fits and the increment's tail, not the decodes' tail: their ratio is to the fit of the
 speed before, and few decode-only steps come to flush that tail while prefills wait
 (mixed steps come often enough to flush the increment's). A ratio leaves the
-increment's tail once the increment fit has taken ``MARGIN_MAX_AGE`` steps since it came,
-flushed or not: it is to the fits of its own time, which weigh under 1% by then. Without
-that, a ratio learnt in a slow spell held the margin for as long as only small increments
-came, and a high margin itself sends them (floor steps). Before the fits are ready
+increment's tail ``MARGIN_MAX_AGE`` steps with prefill after it came, flushed or not,
+floor steps counted (``pass_over``), though the fits do not learn them. Without that, a
+ratio learnt in a slow spell held the margin for as long as only small increments or floor
+steps came, and a high margin itself sends them. Before the fits are ready
 nothing is an outlier: every decode-only step enters the decodes' tail.
 
 The fits are trusted only near the sizes they predict: a step with decodes carries at
@@ -73,15 +73,16 @@ MIN_DECODE_SAMPLES = 8
 MIN_INCREMENT_SAMPLES = 8
 MIN_TAIL_SAMPLES = 8
 STARTING_TAIL = 1.5
-"""Both tails' factor until ``MIN_TAIL_SAMPLES`` ratios exist."""
+"""Both tails' factor while their windows hold fewer than ``MIN_TAIL_SAMPLES`` ratios."""
 TRUST_STEPS = 64
 """Steps with decodes and prefill, not outliers, whose largest prefill bounds the next."""
 TRUST_GROWTH = 2
 """The most a step's prefill may exceed the largest of the last ``TRUST_STEPS`` by."""
 MARGIN_MAX_AGE = 256
-"""Increment-fit updates after which a ratio leaves the increment's tail (the margin): the
-fits it was measured against weigh ``FORGETTING ** 256``, under 1%, by then. Where at
-least every other mixed step gives a ratio, the window's ``TAIL_STEPS`` flush it sooner."""
+"""Steps with prefill (learnt, outliers and floor steps alike) after which a ratio leaves
+the increment's tail (the margin): had the fits learnt them all, the fits the ratio was
+measured against would weigh ``FORGETTING ** 256``, under 1%. Where at least every other
+such step gives a ratio, the window's ``TAIL_STEPS`` flush it sooner."""
 MIN_INCREMENT_SHARE = 0.25
 """The least increment (a share of the decode time) whose ratio the margin learns."""
 OUTLIER_RATIO = 1.5
@@ -216,8 +217,10 @@ class SlackModel:
         self._increment = _RecursiveFit(2)
         self._decode_tail = SlidingWindow(TAIL_STEPS)
         self._increment_tail = SlidingWindow(TAIL_STEPS)
+        self._num_prefill_steps = 0
+        """Steps with prefill observed or passed over: the clock the margin's ratios age by."""
         self._margin_ages: deque[int] = deque(maxlen=TAIL_STEPS)
-        """The increment fit's sample count when each ratio in its tail came, oldest first."""
+        """``_num_prefill_steps`` when each ratio in the increment's tail came, oldest first."""
         self.num_outliers = 0
         self._outliers_in_a_row = 0
         self._chunks: deque[int] = deque(maxlen=TRUST_STEPS)
@@ -305,8 +308,10 @@ class SlackModel:
         """A completed step's time (seconds, as the controller observes them)."""
         if not math.isfinite(seconds) or seconds <= 0:
             return
-        decode_s = self.decode_s(shape)
         num_prefill = shape.num_prefill_tokens
+        if num_prefill:
+            self.pass_over()
+        decode_s = self.decode_s(shape)
         increment_s = self.increment_s(num_prefill, shape.attention_tokens2)
         # predict_s's, from the parts at hand
         predicted_s = decode_s + increment_s if self.is_ready else None
@@ -334,16 +339,21 @@ class SlackModel:
             # What the step took beyond the decodes' tail, per predicted increment: its
             # q quantile is the margin that keeps q_D * D + m * I above a q share of steps.
             self._increment_tail.add((seconds - decode_s * self.decode_tail()) / increment_s)
-            self._margin_ages.append(self._increment.num_samples)
+            self._margin_ages.append(self._num_prefill_steps)
         self._increment.update(x, seconds - decode_s)
-        ages, oldest = self._margin_ages, self._increment.num_samples - MARGIN_MAX_AGE
-        while ages and ages[0] <= oldest:
-            ages.popleft()
-            self._increment_tail.drop_oldest()
         if self.is_ready and is_small:
             # NOTE: a small increment leaves the step mostly decodes: the decode time
             # follows the machine even while every step carries prefill.
             self._decode.update(_decode_features(shape), seconds - increment_s)
+
+    def pass_over(self) -> None:
+        """A step with prefill went by, observed or not (a floor step, which the fits do
+        not learn): the margin's ratios ``MARGIN_MAX_AGE`` such steps old leave its tail."""
+        self._num_prefill_steps += 1
+        ages, oldest = self._margin_ages, self._num_prefill_steps - MARGIN_MAX_AGE
+        while ages and ages[0] <= oldest:
+            ages.popleft()
+            self._increment_tail.drop_oldest()
 
     def budget_tokens(
         self, slack_s: float, candidates: Sequence[tuple[int, int]], margin: float
