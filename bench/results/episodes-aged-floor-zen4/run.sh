@@ -7,6 +7,10 @@
 # sizing.json and conditions.json copied); fixed-8 and dlfp-ct, 12 episodes each, rotated
 # per episode on one gateway. Run from the repository root, with nothing else running:
 # bench/results/episodes-aged-floor-zen4/run.sh. Resumes where it stopped.
+# The step logs, gateway log, progress log and plots were dropped after served.md,
+# paced.md and late.md were made
+# (git checkout b9b6bac7 -- bench/results/episodes-aged-floor-zen4 restores them); the
+# episode records stay.
 # Tables:
 # dlfp-gateway bench episodes --results bench/results/episodes-aged-floor-zen4
 # .venv/bin/python bench/results/episodes-shed-zen4/shed.py bench/results/episodes-aged-floor-zen4

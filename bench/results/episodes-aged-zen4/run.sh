@@ -9,6 +9,10 @@
 #    8 streams and the thin condition: fixed-8 and dlfp-ct, 12 episodes each.
 # The arms are rotated per episode on one gateway. Run from the repository root, with
 # nothing else running: bench/results/episodes-aged-zen4/run.sh. Resumes where it stopped.
+# The step logs, gateway log, progress log and plots were dropped after served.md,
+# paced.md, late.md and analysis.md were made
+# (git checkout 755509ed -- bench/results/episodes-aged-zen4 restores them); the
+# episode records stay.
 # Tables:
 # dlfp-gateway bench episodes --results bench/results/episodes-aged-zen4
 # .venv/bin/python bench/results/episodes-shed-zen4/shed.py bench/results/episodes-aged-zen4
