@@ -189,6 +189,6 @@ def test_every_completed_mixed_step_counts_for_the_state_it_ran_under(
     assert planned
     grown = deadline["after"]["increment_samples"] - deadline["before"]["increment_samples"]
     assert 1 <= grown <= len(prefilled), (grown, len(planned), len(prefilled))
-    # The window keeps the last 128 ratios, each for at most 256 increment-fit updates.
+    # The window keeps the last 128 ratios, each for at most 256 steps with prefill.
     before, after = deadline["before"]["margin_samples"], deadline["after"]["margin_samples"]
     assert 0 <= after <= min(128, before + len(planned)), (before, after, len(planned))

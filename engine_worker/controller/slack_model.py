@@ -81,8 +81,8 @@ TRUST_GROWTH = 2
 MARGIN_MAX_AGE = 256
 """Steps with prefill (learnt, outliers and floor steps alike) after which a ratio leaves
 the increment's tail (the margin): had the fits learnt them all, the fits the ratio was
-measured against would weigh ``FORGETTING ** 256``, under 1%. Where at least every other
-such step gives a ratio, the window's ``TAIL_STEPS`` flush it sooner."""
+measured against would weigh ``FORGETTING ** 256``, under 1%. Where more than every
+other such step gives a ratio, the window's ``TAIL_STEPS`` flush it sooner."""
 MIN_INCREMENT_SHARE = 0.25
 """The least increment (a share of the decode time) whose ratio the margin learns."""
 OUTLIER_RATIO = 1.5

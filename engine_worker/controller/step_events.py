@@ -220,7 +220,7 @@ class StepEvents:
         if observed_s is not None and record.shape is not None and not record.is_floor:
             # The model predicts the same quantity the feedback law corrects.
             self.observe_model(record.shape, observed_s)
-        elif record.is_floor and self._params.plans_deadlines:
+        elif record.is_floor and self._params.plans_deadlines and record.num_prefill_tokens:
             self._deadline_plan.slack.pass_over()  # the margin's ratios age by it all the same
         if self._params.controller == ControllerMode.DLFP_CT:
             self._observe(record, observed_s)
