@@ -951,6 +951,33 @@ def test_a_slow_spell_learnt_as_the_speed_moves_the_decode_fit_not_its_tail() ->
         plan.slack.observe(StepShape(2, 400, cap, chunk_attention(100, cap)), 0.040 + cap * 0.001)
 
 
+SPELL_DECODES = StepShape(8, 4000)  # eight streams, as in the thin engine conditions
+
+
+def spell_step_s(cap: int) -> float:
+    """A step's time at the calm speed of the slow-spell tests: 55 ms of decodes and 1 ms a
+    prefill token."""
+    return 0.055 + cap * 0.001
+
+
+def spell_chunk(cap: int) -> StepShape:
+    """A step of the slow-spell tests: the eight decodes and a chunk of ``cap`` tokens."""
+    return StepShape(8, 4000, cap, chunk_attention(100, cap))
+
+
+def learn_a_slow_spell(plan: DeadlinePlan) -> float:
+    """Teach ``plan`` 40 pairs of decode-only and 32-token steps at the calm speed, then a
+    spell of six 32-token steps at 2.5 times their time, the last three learnt as the
+    machine's speed; return the margin before the spell."""
+    for _ in range(40):
+        plan.slack.observe(SPELL_DECODES, spell_step_s(0))
+        plan.slack.observe(spell_chunk(32), spell_step_s(32))
+    calm = plan.margin_value()
+    for _ in range(6):
+        plan.slack.observe(spell_chunk(32), 2.5 * spell_step_s(32))
+    return calm
+
+
 def test_a_slow_spell_learnt_on_mixed_steps_leaves_the_margin_within_its_age() -> None:
     """Six 32-token steps at 2.5 times their time, eight streams at a 90 ms objective: the
     last three are learnt as the machine's speed, and their ratios, to the fits of the
@@ -962,20 +989,7 @@ def test_a_slow_spell_learnt_on_mixed_steps_leaves_the_margin_within_its_age() -
     from engine_worker.controller.slack_model import MARGIN_MAX_AGE
 
     plan = DeadlinePlan(cap_params(itl_slo_ms=90.0))
-    decodes = StepShape(8, 4000)
-
-    def step_s(cap: int) -> float:
-        return 0.055 + cap * 0.001
-
-    def chunk(cap: int) -> StepShape:
-        return StepShape(8, 4000, cap, chunk_attention(100, cap))
-
-    for _ in range(40):
-        plan.slack.observe(decodes, 0.055)
-        plan.slack.observe(chunk(32), step_s(32))
-    calm = plan.margin_value()
-    for _ in range(6):
-        plan.slack.observe(chunk(32), 2.5 * step_s(32))
+    calm = learn_a_slow_spell(plan)
     assert plan.margin_value() > 2 * calm  # the precondition: the spell raised the margin
     candidates = [(100, 100_000)]
     caps = []
@@ -983,7 +997,7 @@ def test_a_slow_spell_learnt_on_mixed_steps_leaves_the_margin_within_its_age() -
         cap = plan.plan(0.0, 8, 4000, candidates, oldest_token_step=0).cap_tokens
         assert cap is not None
         caps.append(cap)
-        plan.slack.observe(chunk(cap), step_s(cap))
+        plan.slack.observe(spell_chunk(cap), spell_step_s(cap))
     assert max(caps[:100]) < 8  # held under the floor while the ratios stay
     assert min(caps[-10:]) >= 16, caps[-10:]
     assert plan.margin_value() < 2 * calm
@@ -1001,18 +1015,9 @@ def test_floor_steps_age_the_margin_out_of_a_slow_spell() -> None:
     clock = FakeClock()
     controller = PrefillCapController(cap_params(itl_slo_ms=90.0), clock=clock, wall_clock=clock)
     plan = controller._deadline_plan
-    decodes = StepShape(8, 4000)
-
-    def chunk(cap: int) -> StepShape:
-        return StepShape(8, 4000, cap, chunk_attention(100, cap))
-
-    for _ in range(40):
-        plan.slack.observe(decodes, 0.055)
-        plan.slack.observe(chunk(32), 0.087)
-    for _ in range(6):
-        plan.slack.observe(chunk(32), 2.5 * 0.087)
+    learn_a_slow_spell(plan)
     for _ in range(20):
-        plan.slack.observe(decodes, 0.095)
+        plan.slack.observe(SPELL_DECODES, 0.095)
     raised = plan.margin_value()
     assert raised > 2 * STARTING_TAIL  # the precondition: the spell's ratios hold it up
     for step in range(MARGIN_MAX_AGE + 10):
@@ -1023,7 +1028,7 @@ def test_floor_steps_age_the_margin_out_of_a_slow_spell() -> None:
             oldest_token_step=step - 1 if step else None,
         )
         assert cap is not None
-        controller.on_scheduled(cap, 8, shape=chunk(cap))
+        controller.on_scheduled(cap, 8, shape=spell_chunk(cap))
         clock.advance(0.095 + cap * 0.001)
         controller.on_step_done()
     assert plan.num_floor_steps >= MARGIN_MAX_AGE
