@@ -10,7 +10,11 @@
 #    8 streams and the thin condition: fixed-8 and dlfp-ct, 12 episodes each.
 # The arms are rotated per episode on one gateway. Run from the repository root, with
 # nothing else running: bench/results/episodes-aged-xeon-amx/run.sh. Resumes where it
-# stopped.
+# stopped. It was stopped after the third condition (150 ms with 2 streams): admission
+# refused the second long prompt of most of its episodes, every one of dlfp-ct's, and
+# the static caps named here, the AVX-512 Zen 4's, are not this machine's best. The
+# tight conditions ran in episodes-tight-xeon-amx instead, the 500 ms ones again with
+# larger caps in episodes-aged-500-xeon-amx.
 # Tables:
 # dlfp-gateway bench episodes --results bench/results/episodes-aged-xeon-amx
 # .venv/bin/python bench/results/episodes-shed-zen4/shed.py bench/results/episodes-aged-xeon-amx
