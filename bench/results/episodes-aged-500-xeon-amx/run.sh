@@ -7,8 +7,12 @@
 # conditions.json copied); fixed-128, fixed-256, fixed-512 and dlfp-ct, 12 episodes each,
 # rotated per episode on one gateway. Run from the repository root, with nothing else
 # running: bench/results/episodes-aged-500-xeon-amx/run.sh. Resumes where it stopped.
+# The step logs, gateway log and progress log were dropped after late.md and
+# served.md were made (git checkout a75fb0b1 -- bench/results/episodes-aged-500-xeon-amx
+# restores them); the episode records stay.
 # Tables:
 # dlfp-gateway bench episodes --results bench/results/episodes-aged-500-xeon-amx
+# .venv/bin/python bench/results/episodes-shed-zen4/shed.py bench/results/episodes-aged-500-xeon-amx
 # .venv/bin/python bench/results/episodes-aimed-zen4/late.py bench/results/episodes-aged-500-xeon-amx
 set -euo pipefail
 OUT=bench/results/episodes-aged-500-xeon-amx

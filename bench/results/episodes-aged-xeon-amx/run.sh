@@ -18,9 +18,7 @@
 # Tables:
 # dlfp-gateway bench episodes --results bench/results/episodes-aged-xeon-amx
 # .venv/bin/python bench/results/episodes-shed-zen4/shed.py bench/results/episodes-aged-xeon-amx
-# .venv/bin/python bench/results/episodes-paced-zen4/paced.py bench/results/episodes-aged-xeon-amx
 # .venv/bin/python bench/results/episodes-aimed-zen4/late.py bench/results/episodes-aged-xeon-amx
-# .venv/bin/python bench/results/episodes-room-zen4/analyse.py bench/results/episodes-aged-xeon-amx
 set -euo pipefail
 OUT=bench/results/episodes-aged-xeon-amx
 # shellcheck source=bench/lib.sh

@@ -11,10 +11,14 @@
 # conditions.json copied); 8 episodes each, rotated per episode on one gateway. Run from
 # the repository root, with nothing else running, after episodes-aged-500-xeon-amx:
 # bench/results/episodes-tight-xeon-amx/run.sh. Resumes where it stopped.
+# The step logs, gateway log and progress log were dropped after paced.md, late.md and
+# served.md were made (git checkout a75fb0b1 -- bench/results/episodes-tight-xeon-amx
+# restores them); the episode records stay.
 # Tables:
 # dlfp-gateway bench episodes --results bench/results/episodes-tight-xeon-amx
 # .venv/bin/python bench/results/episodes-shed-zen4/shed.py bench/results/episodes-tight-xeon-amx
 # .venv/bin/python bench/results/episodes-aimed-zen4/late.py bench/results/episodes-tight-xeon-amx
+# .venv/bin/python bench/results/episodes-paced-zen4/paced.py bench/results/episodes-tight-xeon-amx
 set -euo pipefail
 OUT=bench/results/episodes-tight-xeon-amx
 # shellcheck source=bench/lib.sh
