@@ -6,7 +6,7 @@
 # refused the second long prompt of most episodes (predicted past its 30 s TTFT
 # objective), every one of dlfp-ct's at 150 ms with 2 streams. The static caps are this
 # machine's: at 150 ms fixed-16, fixed-32 and fixed-64 (its prefill is fast enough that
-# fixed-16 kept its gaps under 100 ms there); at 90 ms fixed-8 and fixed-16. The
+# fixed-16 kept its P99 gap under 100 ms there); at 90 ms fixed-8 and fixed-16. The
 # conditions and long prompts of episodes-aged-xeon-amx (its sizing.json and
 # conditions.json copied); 8 episodes each, rotated per episode on one gateway. Run from
 # the repository root, with nothing else running, after episodes-aged-500-xeon-amx:
