@@ -181,7 +181,7 @@ def test_a_budget_under_the_floor_that_would_miss_a_ttft_deadline_goes_at_the_fl
     floor where its own rate falls short of it."""
     scheduler = decoding(model_dir, itl_slo_ms=500)
     plan = scheduler.dlfp_controller._deadline_plan
-    plan.is_under_floor = True  # as after a step whose budget was under the floor
+    plan.wants_ttft_rate = True  # as after a step whose budget was under the floor
     monkeypatch.setattr(plan.slack, "budget_tokens", lambda *args: (3, 0.0))
     for request_id, num_tokens in prompts.items():
         request = make_request(request_id, num_tokens)
@@ -193,18 +193,21 @@ def test_a_budget_under_the_floor_that_would_miss_a_ttft_deadline_goes_at_the_fl
 
 
 @pytest.mark.parametrize(
-    ("under_floor", "prefill_order", "rate"),
+    ("asks", "slack_rate", "prefill_order", "rate"),
     [
         # 1,000 tokens due in 25 s: 40 a second (paced to 1.5 s, 5% of 30 s, before it:
         # 1,000 in 23.5 s); the prompt out of reach (2,000 tokens, 20 s alone, 1 s left)
         # is left out.
-        (True, "srpf", 40.0),
-        (False, "srpf", None),  # the latest budget was not under the floor: not read
-        (True, "fcfs", None),  # no TTFT classes under fcfs: not read
+        (True, None, "srpf", 40.0),
+        # The plan does not ask, but 10 tokens a second would not finish the 1,000 by 25 s:
+        # at risk, so read.
+        (False, 10.0, "srpf", 40.0),
+        (False, None, "srpf", None),  # the plan does not ask, none at risk: not read
+        (True, None, "fcfs", None),  # no TTFT classes under fcfs: not read
     ],
 )
-def test_the_ttft_deadlines_rate_is_read_only_after_a_budget_under_the_floor(
-    model_dir: Path, under_floor: bool, prefill_order: str, rate: float | None
+def test_the_ttft_deadlines_rate_is_read_where_the_plan_asks_or_a_prompt_is_at_risk(
+    model_dir: Path, asks: bool, slack_rate: float | None, prefill_order: str, rate: float | None
 ) -> None:
     scheduler = decoding(model_dir, itl_slo_ms=500, prefill_order=prefill_order)
     plan = scheduler.dlfp_controller._deadline_plan
@@ -213,7 +216,8 @@ def test_the_ttft_deadlines_rate_is_read_only_after_a_budget_under_the_floor(
     reachable.arrival_time, out_of_reach.arrival_time = now - 5.0, now - 29.0
     scheduler.add_request(reachable)
     scheduler.add_request(out_of_reach)
-    plan.is_under_floor = under_floor  # as the latest planned step left it
+    plan.wants_ttft_rate = asks  # as the latest planned step left it
+    plan.slack_rate_tokens_per_s = slack_rate
     scheduler._prefill_candidates(now)
     if rate is None:
         assert scheduler._ttft_needed_rate is None

@@ -21,11 +21,12 @@ late): trickling fewer tokens keeps no gap within it, and only delays the prompt
 does one whose first candidate's last token will not fit (its end takes floor steps
 however it starts), where floor steps would finish it within ``ttft_slo_ms``; and one
 whose budget's rate falls short of the rate the prompts' TTFT deadlines need
-(``ttft_needed_rate``), which carries only the tokens that rate needs, at most
-``min_cap_tokens`` (``_needed_tokens``). All count as load to shed for admission.
-Where the objective is lost or leaves no slack, a floor step carries more than
-``min_cap_tokens`` where the prompts' TTFT deadlines, each less a guard, need a faster
-rate, within a step that ends by twice the objective (``_paced_tokens``). A prefill past
+(``ttft_needed_rate``), which carries only the tokens that rate needs
+(``_needed_tokens``). All count as load to shed for admission. A floor step carries more
+than ``min_cap_tokens`` where the prompts' TTFT deadlines, each less a guard, need a
+faster rate, within a step that ends by twice the objective (``_paced_tokens``), once
+the streams' objective is out of reach (no slack, lost) or, for TTFT deadlines, where no
+static cap keeps it or it is broken (``_may_pace``). A prefill past
 its TTFT deadline is not forced beyond the slack: it goes on at the slack's rate. A step that
 completes prefills ends with them (see ``DeadlinePlan.plan``). A prefill at risk of its
 TTFT deadline may go beyond the slack where the steps it needs fit the overrun allowance
@@ -89,8 +90,8 @@ class Deadline:
     beside the decodes' own tail, is lost (``DeadlinePlan.objective_lost``), or will leave
     none at the first prompt's end (``DeadlinePlan._end_lacks_slack``), or goes beyond the
     slack's budget because its rate would hold a prompt past its TTFT deadline (then with
-    only the tokens the deadlines need, ``DeadlinePlan._needed_tokens``); for the first two,
-    more where the prompts' TTFT deadlines need it (``DeadlinePlan._paced_tokens``)."""
+    only the tokens the deadlines need, ``DeadlinePlan._needed_tokens``); more than
+    ``min_cap_tokens`` where the prompts' TTFT deadlines need it (``_paced_tokens``)."""
     floor_reason: str | None = None
     """Which of those sent a floor step, the first that holds (``FLOOR_NO_SLACK``,
     ``FLOOR_LOST``, ``FLOOR_END``, ``FLOOR_TTFT``); None for any other step."""
@@ -112,9 +113,11 @@ class DeadlinePlan:
         """Prefill tokens a second at the latest deadline-bound step's budget (a floor
         step's tokens, paced or not, where it went at the floor), in the time a prompt
         waits for its steps (``_rate_tokens_per_s``)."""
-        self.is_under_floor = False
-        """Whether the latest planned step's slack budget was under ``min_cap_tokens``
-        (the scheduler then reads the rate its prompts' TTFT deadlines need)."""
+        self.wants_ttft_rate = False
+        """Whether the latest planned step's slack budget was under ``min_cap_tokens``, or
+        its rate short of what the prompts' TTFT deadlines need (``FLOOR_TTFT``): the
+        scheduler then reads that rate for the next step, as it does where a prompt is at
+        risk (``prefill_selection``)."""
         self.num_ttft_overdue_steps = 0
         self.num_deadline_steps = 0
         self.num_deadline_misses = 0
@@ -124,8 +127,9 @@ class DeadlinePlan:
         self.num_knee_steps = 0
         """Steps whose prefill the plan cut to the knee of its rate (``step_rate_loss``)."""
         self.num_paced_steps = 0
-        """Floor steps (``no_slack``, ``objective_lost``) that carried more than
-        ``min_cap_tokens`` for the rate the prompts' TTFT deadlines need (``_paced_tokens``)."""
+        """Floor steps (``no_slack``, ``objective_lost``, ``ttft_at_risk``) that carried
+        more than ``min_cap_tokens`` for the rate the prompts' TTFT deadlines need
+        (``_paced_tokens``, ``_needed_tokens``)."""
         self._late: deque[bool] = deque(maxlen=OVERRUN_WINDOW)
         self._num_late = 0
         """Late steps in ``_late``."""
@@ -133,7 +137,7 @@ class DeadlinePlan:
 
     def apply_params(self, params: CapParams) -> None:
         self._params = params
-        self.is_under_floor = False
+        self.wants_ttft_rate = False
         self.slack.quantile = planned_quantile(params.margin_quantile)
 
     def reset_model(self) -> None:
@@ -143,7 +147,7 @@ class DeadlinePlan:
         self.margin_correction = 1.0
         self._late.clear()
         self._num_late = 0
-        self.is_under_floor = False
+        self.wants_ttft_rate = False
 
     def margin_value(self) -> float:
         return self.slack.margin() * self.margin_correction
@@ -192,6 +196,12 @@ class DeadlinePlan:
         return len(self._late) >= LOST_MIN_STEPS and self._num_late > LOST_FACTOR * (
             self._allowed_late()
         )
+
+    def objective_broken(self) -> bool:
+        """Whether the streams' objective is broken: of at least ``LOST_MIN_STEPS`` recent
+        completed deadline steps, more than the share it allows ended late (lost is more
+        than ``LOST_FACTOR`` times that)."""
+        return len(self._late) >= LOST_MIN_STEPS and self._num_late > self._allowed_late()
 
     def _allowed_late(self) -> float:
         """Late steps the streams' ``q`` quantile objective allows among those counted in
@@ -262,14 +272,20 @@ class DeadlinePlan:
         ``ttft_needed_rate``: the prefill rate (tokens/s) that would meet every waiting
         prompt's TTFT deadline served earliest deadline first
         (``prefill_order.needed_rate``; None: not read). A budget of at least one token
-        but under ``min_cap_tokens`` whose rate, ``R / (D + I(R) + host)``, falls short of
-        it goes at the floor instead (``FLOOR_TTFT``), with the fewest tokens whose rate
-        meets the larger of it and ``ttft_paced_rate`` (``_needed_tokens``): the slack's
-        rate would hold a prompt past its deadline, and the floor is the tightest static
-        cap's rate, which trades the gaps as that cap would. The rate is read one step
-        late (the scheduler reads it once a budget was under the floor,
-        ``is_under_floor``). Prompts out of reach or already past their deadline are not in
-        it: they go on at the slack's rate.
+        whose rate, ``R / (D + I(R) + host)``, falls short of it goes at the floor instead
+        (``FLOOR_TTFT``), with the fewest tokens whose rate meets the larger of it and
+        ``ttft_paced_rate`` (``_needed_tokens``): the slack's rate would hold a prompt past
+        its deadline. That may be more than ``min_cap_tokens`` (and a budget of the floor
+        or more goes at it) only where the tightest static cap's step would not keep the
+        streams' objective or it is broken (``_may_pace``), within a step that ends by
+        twice the objective (the paced floor's bound): the gaps are then over their
+        objective whatever the step carries, and a gap within twice it, on a step the
+        deadlines need, is weighed below a prompt past its TTFT objective (the rule and
+        its equation in docs/scheduler.md, "Deadline plan"). The scheduler
+        reads the rate where a prompt is at risk, or the plan asks for it
+        (``wants_ttft_rate``: the latest budget was under the floor, or went at it for
+        this rule). Prompts out of reach or already past their deadline are not in it:
+        they go on at the slack's rate.
 
         ``ttft_paced_rate``: the same rate to each deadline less its guard
         (``prefill_order.paced_deadline``). A floor step for ``FLOOR_NO_SLACK`` or
@@ -298,7 +314,7 @@ class DeadlinePlan:
         """
         p = self._params
         self.num_planned_steps += 1
-        self.is_under_floor = False
+        self.wants_ttft_rate = False
         self.num_ttft_overdue_steps += ttft_overdue
         margin = self.margin_value()
         deadline_s, itl_slo_s = self._binding(now_s, oldest_token_step, own_deadlines)
@@ -324,7 +340,6 @@ class DeadlinePlan:
             # planned part would otherwise hold the prompt at zero, unfloored.
             room_s = self._planned(itl_slo_s - host_s - decode_tail_s)
             floor_tokens = min(p.min_cap_tokens, left)
-            self.is_under_floor = cap < floor_tokens
             floor_reason = (
                 self._floor_reason(
                     room_s,
@@ -336,8 +351,16 @@ class DeadlinePlan:
                     ttft_needed_rate,
                 )
                 if cap < floor_tokens
-                else None
+                else self._ttft_reason((cap, attention), decode_s, ttft_needed_rate)
             )
+            if floor_reason == FLOOR_TTFT and cap >= floor_tokens:
+                # The slack's budget is the floor or more: only a pace goes beyond it.
+                floor_reason = (
+                    floor_reason
+                    if self._may_pace(room_s, candidates, margin, floor_tokens)
+                    else None
+                )
+            self.wants_ttft_rate = cap < floor_tokens or floor_reason == FLOOR_TTFT
             if floor_reason is not None:
                 budget, cap = cap, floor_tokens
                 self.num_floor_steps += 1
@@ -349,11 +372,16 @@ class DeadlinePlan:
                         candidates,
                         budget,
                         floor_tokens,
+                        room_s + self._planned(itl_slo_s)
+                        if self._may_pace(room_s, candidates, margin, floor_tokens)
+                        else None,
+                        limit,
                         margin,
                         decode_s,
                         host_s,
                         max(ttft_needed_rate, ttft_paced_rate or 0.0),
                     )
+                    self.num_paced_steps += cap > floor_tokens
                 if floor_reason in (FLOOR_NO_SLACK, FLOOR_LOST) and ttft_paced_rate:
                     paced = self._paced_tokens(
                         candidates,
@@ -432,13 +460,40 @@ class DeadlinePlan:
         """Why a step whose ``budget``, ``(tokens, token-context product)`` as
         ``SlackModel.budget_tokens`` gives it, is under ``floor_tokens`` goes at the floor
         (``plan``), the first rule that holds; None where none does."""
-        cap, attention = budget
+        cap = budget[0]
         if cap == 0 and self._lacks_slack(room_s, head, margin):
             return FLOOR_NO_SLACK
         if self.objective_lost():
             return FLOOR_LOST
         if self._end_lacks_slack(room_s, head, margin, decode_s, floor_tokens):
             return FLOOR_END
+        return self._ttft_reason(budget, decode_s, ttft_needed_rate)
+
+    def _may_pace(
+        self,
+        room_s: float,
+        candidates: Sequence[tuple[int, int]],
+        margin: float,
+        floor_tokens: int,
+    ) -> bool:
+        """Whether a step for the prompts' TTFT deadlines may carry more than
+        ``floor_tokens`` (``_needed_tokens``): the tightest static cap's step, that many
+        tokens from right after the binding stream's token, does not fit ``room_s``, so
+        no static cap keeps the streams' objective; or the objective is lost
+        (``objective_lost``); or the overrun allowance leaves room for one more late step
+        (``overrun_allowance``). Equation in docs/scheduler.md, "Deadline plan"."""
+        return (
+            self.slack.budget_tokens(room_s, candidates, margin)[0] < floor_tokens
+            or self.objective_broken()
+        )
+
+    def _ttft_reason(
+        self, budget: tuple[int, float], decode_s: float, ttft_needed_rate: float | None
+    ) -> str | None:
+        """``FLOOR_TTFT`` where a ``budget`` of at least one token has a rate,
+        ``R / (D + I(R) + host)``, short of ``ttft_needed_rate``: the slack's rate would
+        hold a prompt past its TTFT deadline; None otherwise."""
+        cap, attention = budget
         if cap and ttft_needed_rate:
             rate = self._rate_tokens_per_s(cap, attention, decode_s, self.host_s())
             return FLOOR_TTFT if rate < ttft_needed_rate else None
@@ -465,7 +520,7 @@ class DeadlinePlan:
         rate to rise with the tokens, as it does while the decodes' time exceeds the
         attention's quadratic part (the bound keeps the step short). Equation in
         docs/scheduler.md, "Deadline plan"."""
-        most = min(self.slack.budget_tokens(bound_s, candidates, margin)[0], limit)
+        most = self._bound_tokens(candidates, bound_s, limit, margin)
         if most <= least:
             return least
         meets = self._meets_rate(candidates, margin, decode_s, host_s, needed_rate)
@@ -476,6 +531,8 @@ class DeadlinePlan:
         candidates: Sequence[tuple[int, int]],
         budget: int,
         floor_tokens: int,
+        bound_s: float | None,
+        limit: int,
         margin: float,
         decode_s: float,
         host_s: float,
@@ -483,17 +540,30 @@ class DeadlinePlan:
     ) -> int:
         """The tokens of a floor step for the prompts' TTFT deadlines (``FLOOR_TTFT``): the
         fewest above the slack's ``budget`` whose rate with the increment at its margin,
-        ``R / (D + m I(R) + host)``, meets ``needed_rate``; ``floor_tokens`` where none
-        fewer does. The margin, as ``_paced_tokens`` takes it: floor steps teach the fit
-        nothing, so its error stays in them. The budget never meets it: ``_floor_reason``
-        found its rate at the mean increment short of the unguarded rate, and the margin
-        (at least 1) and the guarded rate only lower the one and raise the other. The
-        search takes the rate to rise with the tokens, as it does while the decodes' time
-        exceeds the attention's quadratic part; where it does not (steps of hundreds of
-        tokens, as ``min_cap_tokens`` is on CUDA), it may return more than the fewest."""
-
+        ``R / (D + m I(R) + host)``, meets ``needed_rate``: ``floor_tokens`` where fewer do
+        not, and more where the deadlines need more, as far as the paced floor's bound
+        (``_paced_tokens``: a step that ends within twice the objective, ``bound_s``, and
+        ``limit``), and the bound where none within it does. The margin, as
+        ``_paced_tokens`` takes it: floor steps teach the fit nothing, so its error stays
+        in them. The budget never meets it: ``_floor_reason`` found its rate at the mean
+        increment short of the unguarded rate, and the margin (at least 1) and the guarded
+        rate only lower the one and raise the other. The search takes the rate to rise
+        with the tokens, as it does while the decodes' time exceeds the attention's
+        quadratic part; where it does not (steps of hundreds of tokens, as
+        ``min_cap_tokens`` is on CUDA), it may return more than the fewest. Equation in
+        docs/scheduler.md, "Deadline plan"."""
+        most = max(floor_tokens, budget)
+        if bound_s is not None:
+            most = max(self._bound_tokens(candidates, bound_s, limit, margin), most)
         meets = self._meets_rate(candidates, margin, decode_s, host_s, needed_rate)
-        return _fewest_above(budget, floor_tokens, meets)
+        return _fewest_above(budget, most, meets)
+
+    def _bound_tokens(
+        self, candidates: Sequence[tuple[int, int]], bound_s: float, limit: int, margin: float
+    ) -> int:
+        """The most tokens of ``candidates`` whose increment times ``margin`` fits
+        ``bound_s``, at most ``limit``: the paced floor's bound."""
+        return min(self.slack.budget_tokens(bound_s, candidates, margin)[0], limit)
 
     def _meets_rate(
         self,

@@ -135,9 +135,10 @@ class StepEvents:
         return self._deadline_plan.slack_rate_tokens_per_s if self._params.plans_deadlines else None
 
     def reads_ttft_rate(self) -> bool:
-        """Whether the next step's plan reads the rate its prompts' TTFT deadlines need
-        (the deadline plan's latest budget was under ``min_cap_tokens``)."""
-        return self._params.plans_deadlines and self._deadline_plan.is_under_floor
+        """Whether the next step's plan asks for the rate its prompts' TTFT deadlines need
+        (``DeadlinePlan.wants_ttft_rate``); the scheduler reads it too where a prompt is
+        at risk."""
+        return self._params.plans_deadlines and self._deadline_plan.wants_ttft_rate
 
     def prefill_rates(self) -> tuple[float, float] | None:
         """The cost model's prefill rates (``StepCostModel.prefill_rates``), or None."""

@@ -114,11 +114,10 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
         default_s = self.dlfp_params.ttft_slo_ms / 1000.0
         deadlines: list[float] = []
         classes: dict[str, tuple[int, float]] = {}
-        # NOTE: only where the plan's budget was under the floor (the rate is read there,
-        # ``DeadlinePlan.plan``): a sort a step is not paid where the slack is wide.
+        # NOTE: only where the plan asks for it or a prompt is at risk (the rate is read
+        # there, ``DeadlinePlan.plan``): a sort a step is not paid where the slack is wide.
         reads_rate = bool(rates) and self.dlfp_controller.reads_ttft_rate()
-        reachable: list[tuple[float, int]] = []
-        paced: list[tuple[float, int]] = []
+        reachable: list[tuple[float, float, int]] = []
         for request, computed, remaining, _ in candidates:
             entry = objectives.get(request.request_id)
             if entry is None or entry[0] is not request:
@@ -136,12 +135,13 @@ class PrefillSelectionMixin(Scheduler):  # type: ignore[misc, unused-ignore]
                 continue
             if slack_rate is not None and left_s * slack_rate < remaining:
                 classes[request.request_id] = (AT_RISK, deadline_s)
-            if reads_rate:
-                reachable.append((deadline_s, remaining))
-                paced.append((paced_deadline(deadline_s, objective_s, now_unix_s), remaining))
+                reads_rate = True
+            reachable.append((deadline_s, objective_s, remaining))
         if reads_rate:
-            self._ttft_needed_rate = needed_rate(reachable, now_unix_s)
-            self._ttft_paced_rate = needed_rate(paced, now_unix_s)
+            self._ttft_needed_rate = needed_rate(((d, r) for d, _, r in reachable), now_unix_s)
+            self._ttft_paced_rate = needed_rate(
+                ((paced_deadline(d, o, now_unix_s), r) for d, o, r in reachable), now_unix_s
+            )
         return deadlines, classes
 
     def _objectives_of(self, request: Request) -> OwnObjectives:
