@@ -90,8 +90,9 @@ class Deadline:
     beside the decodes' own tail, is lost (``DeadlinePlan.objective_lost``), or will leave
     none at the first prompt's end (``DeadlinePlan._end_lacks_slack``), or goes beyond the
     slack's budget because its rate would hold a prompt past its TTFT deadline (then with
-    only the tokens the deadlines need, ``DeadlinePlan._needed_tokens``); more than
-    ``min_cap_tokens`` where the prompts' TTFT deadlines need it (``_paced_tokens``)."""
+    only the tokens the deadlines need, ``DeadlinePlan._needed_tokens``, more than
+    ``min_cap_tokens`` only where ``DeadlinePlan._may_pace``); for the first two, more
+    where the prompts' TTFT deadlines need it (``DeadlinePlan._paced_tokens``)."""
     floor_reason: str | None = None
     """Which of those sent a floor step, the first that holds (``FLOOR_NO_SLACK``,
     ``FLOOR_LOST``, ``FLOOR_END``, ``FLOOR_TTFT``); None for any other step."""
@@ -353,13 +354,16 @@ class DeadlinePlan:
                 if cap < floor_tokens
                 else self._ttft_reason((cap, attention), decode_s, ttft_needed_rate)
             )
-            if floor_reason == FLOOR_TTFT and cap >= floor_tokens:
-                # The slack's budget is the floor or more: only a pace goes beyond it.
-                floor_reason = (
-                    floor_reason
-                    if self._may_pace(room_s, candidates, margin, floor_tokens)
-                    else None
-                )
+            # A step that starts right after the binding stream's token and ends within
+            # twice its objective: the bound of every pace.
+            bound_s = room_s + self._planned(itl_slo_s)
+            paced_most = 0
+            if floor_reason == FLOOR_TTFT:
+                if self._may_pace(room_s, candidates, margin, floor_tokens):
+                    paced_most = self._bound_tokens(candidates, bound_s, limit, margin)
+                if cap >= floor_tokens and paced_most <= cap:
+                    # The slack's budget is the floor or more: only a pace goes beyond it.
+                    floor_reason = None
             self.wants_ttft_rate = cap < floor_tokens or floor_reason == FLOOR_TTFT
             if floor_reason is not None:
                 budget, cap = cap, floor_tokens
@@ -372,10 +376,7 @@ class DeadlinePlan:
                         candidates,
                         budget,
                         floor_tokens,
-                        room_s + self._planned(itl_slo_s)
-                        if self._may_pace(room_s, candidates, margin, floor_tokens)
-                        else None,
-                        limit,
+                        max(floor_tokens, budget, paced_most),
                         margin,
                         decode_s,
                         host_s,
@@ -386,7 +387,7 @@ class DeadlinePlan:
                     paced = self._paced_tokens(
                         candidates,
                         floor_tokens,
-                        room_s + self._planned(itl_slo_s),
+                        bound_s,
                         limit,
                         margin,
                         decode_s,
@@ -477,11 +478,12 @@ class DeadlinePlan:
         floor_tokens: int,
     ) -> bool:
         """Whether a step for the prompts' TTFT deadlines may carry more than
-        ``floor_tokens`` (``_needed_tokens``): the tightest static cap's step, that many
-        tokens from right after the binding stream's token, does not fit ``room_s``, so
-        no static cap keeps the streams' objective; or the objective is lost
-        (``objective_lost``); or the overrun allowance leaves room for one more late step
-        (``overrun_allowance``). Equation in docs/scheduler.md, "Deadline plan"."""
+        ``floor_tokens`` (``_needed_tokens``): at this step's margin, the tightest static
+        cap's step, that many tokens from right after the binding stream's token, does not
+        fit ``room_s`` (it would end past the streams' objective); or more of the recent
+        deadline steps ended late than the objective allows (``objective_broken``). Where
+        neither holds the boost, within the overrun allowance, is what goes beyond the
+        slack. Equation in docs/scheduler.md, "Deadline plan"."""
         return (
             self.slack.budget_tokens(room_s, candidates, margin)[0] < floor_tokens
             or self.objective_broken()
@@ -531,8 +533,7 @@ class DeadlinePlan:
         candidates: Sequence[tuple[int, int]],
         budget: int,
         floor_tokens: int,
-        bound_s: float | None,
-        limit: int,
+        most: int,
         margin: float,
         decode_s: float,
         host_s: float,
@@ -540,21 +541,18 @@ class DeadlinePlan:
     ) -> int:
         """The tokens of a floor step for the prompts' TTFT deadlines (``FLOOR_TTFT``): the
         fewest above the slack's ``budget`` whose rate with the increment at its margin,
-        ``R / (D + m I(R) + host)``, meets ``needed_rate``: ``floor_tokens`` where fewer do
-        not, and more where the deadlines need more, as far as the paced floor's bound
-        (``_paced_tokens``: a step that ends within twice the objective, ``bound_s``, and
-        ``limit``), and the bound where none within it does. The margin, as
-        ``_paced_tokens`` takes it: floor steps teach the fit nothing, so its error stays
-        in them. The budget never meets it: ``_floor_reason`` found its rate at the mean
-        increment short of the unguarded rate, and the margin (at least 1) and the guarded
-        rate only lower the one and raise the other. The search takes the rate to rise
+        ``R / (D + m I(R) + host)``, meets ``needed_rate``, at most ``most``, and ``most``
+        where none does: ``floor_tokens`` or the budget, or, where the plan may pace
+        (``_may_pace``), the paced floor's bound (a step that ends within twice the
+        objective, ``_bound_tokens``) where that is more. The margin, as ``_paced_tokens``
+        takes it: floor steps teach the fit nothing, so its error stays in them. The budget
+        never meets it: ``_ttft_reason`` found its rate at the mean increment short of the
+        unguarded rate, and the margin (at least 1) and the guarded rate only lower the one
+        and raise the other. The search takes the rate to rise
         with the tokens, as it does while the decodes' time exceeds the attention's
         quadratic part; where it does not (steps of hundreds of tokens, as
         ``min_cap_tokens`` is on CUDA), it may return more than the fewest. Equation in
         docs/scheduler.md, "Deadline plan"."""
-        most = max(floor_tokens, budget)
-        if bound_s is not None:
-            most = max(self._bound_tokens(candidates, bound_s, limit, margin), most)
         meets = self._meets_rate(candidates, margin, decode_s, host_s, needed_rate)
         return _fewest_above(budget, most, meets)
 
