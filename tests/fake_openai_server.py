@@ -52,7 +52,9 @@ class FakeOpenAIServer:
     events: list[str] = field(default_factory=list)
     """In order: ``busy`` or ``idle`` per scrape, ``patch`` per admin PATCH, ``request``."""
     num_resets: int = 0
-    admission_limits: dict[str, Any] = field(default_factory=lambda: {"no_slack_check": True})
+    admission_limits: dict[str, Any] = field(
+        default_factory=lambda: {"no_slack_check": True, "slo_check": True}
+    )
     admission_patches: list[dict[str, Any]] = field(default_factory=list)
     num_steps: int = 0
     base_url: str = ""

@@ -251,6 +251,19 @@ def test_the_shedding_arm_turns_no_slack_shedding_on_for_its_runs_alone(
     assert plan["arm_admission_patches"] == {"dlfp-ct-shed": {"no_slack_check": True}}
 
 
+def test_no_slo_check_turns_admissions_ttft_check_off_for_the_whole_run(
+    fake_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """With ``--no-slo-check`` every run goes with admission's TTFT check off (recorded in
+    the plan), and the gateway's own setting is restored at the end."""
+    argv = _args(fake_server, tmp_path, "--arms", "fixed-16,dlfp-ct", "--no-slo-check")
+    assert gateway_main(argv) == 0
+    off = {"no_slack_check": False, "slo_check": False}
+    assert fake_server.admission_patches == [off, {"no_slack_check": True, "slo_check": True}]
+    plan = json.loads((tmp_path / "episodes.json").read_text())
+    assert plan["admission_patch"] == off
+
+
 def test_arrival_offsets_are_jittered_by_the_seed_and_keep_their_order() -> None:
     shape = EpisodeShape()
     offsets = [episode_offsets(shape, seed) for seed in range(200)]

@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from bench.episodes.loop import EpisodeRun, run_episodes
+from bench.episodes.loop import ADMISSION_PATCH, EpisodeRun, run_episodes
 from bench.episodes.run import (
     EpisodeShape,
     read_records,
@@ -180,6 +180,8 @@ def _runs(args: argparse.Namespace, prepared: dict[str, Any]) -> list[EpisodeRun
                 itl_slo_ms=float(slo if slo is not None else baseline["itl_slo_ms"]),
                 admin_token=args.admin_token,
                 ready_timeout_s=args.ready_timeout_s,
+                admission_patch=ADMISSION_PATCH
+                | ({"slo_check": False} if args.no_slo_check else {}),
             )
         )
     return runs
@@ -306,6 +308,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument(
         "--only", help="with --conditions: run only these (comma-separated condition names)"
+    )
+    p.add_argument(
+        "--no-slo-check",
+        action="store_true",
+        help="turn admission's TTFT check off for the whole run, restored at the end, so "
+        "that every arm serves the same arrivals (its prediction is learnt from every arm's "
+        "first tokens alike, so it may refuse under one arm what another would serve)",
     )
     p.add_argument("--tokenizer", help="local tokenizer directory for prompt lengths")
     p.add_argument("--no-plots", action="store_true")

@@ -19,7 +19,7 @@ import json
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,8 @@ ADMISSION_PATCH: dict[str, Any] = {"no_slack_check": False}
 """Admission's limits for the whole run (``PATCH /admin/admission``, restored at the end):
 its ``no_slack`` shedding refuses arrivals only under ``dlfp-ct``, and the arms must serve
 the same arrivals to be compared (recorded in the plan; a plan without it ran with the
-gateway's admission limits). An arm may add to it for its own runs
+gateway's admission limits). ``--no-slo-check`` adds ``slo_check`` off to it
+(``EpisodeRun.admission_patch``). An arm may add to it for its own runs
 (``Arm.admission_patch``, set before each; the plan's ``arm_admission_patches``)."""
 
 
@@ -73,6 +74,9 @@ class EpisodeRun:
     itl_slo_ms: float
     admin_token: str | None = None
     ready_timeout_s: float = 600.0
+    admission_patch: dict[str, Any] = field(default_factory=lambda: dict(ADMISSION_PATCH))
+    """Admission's limits for the whole run: ``ADMISSION_PATCH``, with ``slo_check`` off
+    where asked (``--no-slo-check``)."""
 
 
 ORDER = "balanced"
@@ -165,7 +169,7 @@ async def run_episodes(run: EpisodeRun, baseline: dict[str, Any], counter: Token
         "episode_seed_base": EPISODE_SEED_BASE,
         "arms": {a.name: a.admin_patch for a in run.arms},
         "order": ORDER,
-        "admission_patch": ADMISSION_PATCH,
+        "admission_patch": run.admission_patch,
         "arm_admission_patches": {a.name: a.admission_patch for a in run.arms if a.admission_patch},
         "counter": counter.name,
         "client": run.client.public() | {"cache_salt": None},
@@ -176,8 +180,10 @@ async def run_episodes(run: EpisodeRun, baseline: dict[str, Any], counter: Token
     t0 = time.perf_counter()
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     async with httpx.AsyncClient(limits=limits, timeout=run.client.request_timeout_s) as http:
-        restore = await set_admission(http, run.client.base_url, ADMISSION_PATCH, run.admin_token)
-        in_force = ADMISSION_PATCH
+        restore = await set_admission(
+            http, run.client.base_url, run.admission_patch, run.admin_token
+        )
+        in_force = run.admission_patch
         try:
             for episode in range(run.num_episodes):
                 prompts = episode_prompts(run.shape, EPISODE_SEED_BASE + episode, counter)
@@ -188,7 +194,7 @@ async def run_episodes(run: EpisodeRun, baseline: dict[str, Any], counter: Token
                     path = record_path(run.results_dir, episode, arm.name)
                     if path.exists() and read_record(path).error is None:
                         continue  # a failed run is run again
-                    wanted = ADMISSION_PATCH | (arm.admission_patch or {})
+                    wanted = run.admission_patch | (arm.admission_patch or {})
                     if wanted != in_force:
                         await set_admission(http, run.client.base_url, wanted, run.admin_token)
                         in_force = wanted
