@@ -194,15 +194,20 @@ class DeadlinePlan:
         """Whether the streams' objective is lost: of at least ``LOST_MIN_STEPS`` recent
         completed deadline steps, more than ``LOST_FACTOR`` times the share the objective
         allows (``1 - margin_quantile``) ended late."""
-        return len(self._late) >= LOST_MIN_STEPS and self._num_late > LOST_FACTOR * (
-            self._allowed_late()
-        )
+        return self._late_over(LOST_FACTOR)
 
     def objective_broken(self) -> bool:
         """Whether the streams' objective is broken: of at least ``LOST_MIN_STEPS`` recent
         completed deadline steps, more than the share it allows ended late (lost is more
         than ``LOST_FACTOR`` times that)."""
-        return len(self._late) >= LOST_MIN_STEPS and self._num_late > self._allowed_late()
+        return self._late_over(1.0)
+
+    def _late_over(self, factor: float) -> bool:
+        """Whether, of at least ``LOST_MIN_STEPS`` recent completed deadline steps, more
+        than ``factor`` times the share the objective allows ended late."""
+        return len(self._late) >= LOST_MIN_STEPS and self._num_late > factor * (
+            self._allowed_late()
+        )
 
     def _allowed_late(self) -> float:
         """Late steps the streams' ``q`` quantile objective allows among those counted in
@@ -376,7 +381,7 @@ class DeadlinePlan:
                         candidates,
                         budget,
                         floor_tokens,
-                        max(floor_tokens, budget, paced_most),
+                        paced_most,
                         margin,
                         decode_s,
                         host_s,
@@ -533,7 +538,7 @@ class DeadlinePlan:
         candidates: Sequence[tuple[int, int]],
         budget: int,
         floor_tokens: int,
-        most: int,
+        paced_most: int,
         margin: float,
         decode_s: float,
         host_s: float,
@@ -541,20 +546,20 @@ class DeadlinePlan:
     ) -> int:
         """The tokens of a floor step for the prompts' TTFT deadlines (``FLOOR_TTFT``): the
         fewest above the slack's ``budget`` whose rate with the increment at its margin,
-        ``R / (D + m I(R) + host)``, meets ``needed_rate``, at most ``most``, and ``most``
-        where none does: ``floor_tokens`` or the budget, or, where the plan may pace
-        (``_may_pace``), the paced floor's bound (a step that ends within twice the
-        objective, ``_bound_tokens``) where that is more. The margin, as ``_paced_tokens``
-        takes it: floor steps teach the fit nothing, so its error stays in them. The budget
-        never meets it: ``_ttft_reason`` found its rate at the mean increment short of the
-        unguarded rate, and the margin (at least 1) and the guarded rate only lower the one
-        and raise the other. The search takes the rate to rise
-        with the tokens, as it does while the decodes' time exceeds the attention's
+        ``R / (D + m I(R) + host)``, meets ``needed_rate``, at most the largest of
+        ``floor_tokens``, the budget and ``paced_most``, and that where none does;
+        ``paced_most`` is the paced floor's bound (a step that ends within twice the
+        objective, ``_bound_tokens``) where the plan may pace (``_may_pace``), else 0. The
+        margin, as ``_paced_tokens`` takes it: floor steps teach the fit nothing, so its
+        error stays in them. The budget never meets it: ``_ttft_reason`` found its rate at
+        the mean increment short of the unguarded rate, and the margin (at least 1) and the
+        guarded rate only lower the one and raise the other. The search takes the rate to
+        rise with the tokens, as it does while the decodes' time exceeds the attention's
         quadratic part; where it does not (steps of hundreds of tokens, as
         ``min_cap_tokens`` is on CUDA), it may return more than the fewest. Equation in
         docs/scheduler.md, "Deadline plan"."""
         meets = self._meets_rate(candidates, margin, decode_s, host_s, needed_rate)
-        return _fewest_above(budget, most, meets)
+        return _fewest_above(budget, max(floor_tokens, budget, paced_most), meets)
 
     def _bound_tokens(
         self, candidates: Sequence[tuple[int, int]], bound_s: float, limit: int, margin: float

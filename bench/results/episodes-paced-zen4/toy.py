@@ -32,12 +32,7 @@ def main() -> None:
                 ttft_slo_s=30.0,
                 itl_slo_s=ITL_SLO_S,
             )
-            num_steps = max(run.first_token_step.values())
-            times = sorted(
-                s * 1000.0
-                for s, outlier in zip(run.step_s[:num_steps], run.outlier, strict=False)
-                if not outlier
-            )
+            times = sorted(s * 1000.0 for s in run.settled_step_s())
             assert run.controller is not None
             paced = run.controller._deadline_plan.num_paced_steps if cap is None else 0
             past = sum(t > 2000.0 * ITL_SLO_S for t in times) / len(times)

@@ -66,12 +66,7 @@ def main() -> None:
                     ttft_slo_s=30.0,
                     itl_slo_s=ITL_SLO_S,
                 )
-            num_steps = max(run.first_token_step.values(), default=len(run.step_s))
-            steps = sorted(
-                s * 1000.0
-                for s, outlier in zip(run.step_s[:num_steps], run.outlier, strict=False)
-                if not outlier
-            )
+            steps = sorted(s * 1000.0 for s in run.settled_step_s())
             assert run.controller is not None
             paced = run.controller._deadline_plan.num_paced_steps if cap is None else 0
             ttft = {k: f"{run.ttft_s[k]:.1f}" if k in run.ttft_s else "-" for k in PROMPTS}
