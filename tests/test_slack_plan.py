@@ -1109,8 +1109,8 @@ XEON_WIDE = DriftingPlant(
     drift_start=10**9,
 )
 """The AMX CPU at 500 ms with 8 streams: a decode-only step of 45 ms, a step with any
-prefill 15 ms more (the engine's steps of 38 to 71 prefill tokens there ran 9 to 22 ms
-past their prediction), 0.55 ms a prefill token, noise of 5%: a long prompt's chunks take
+prefill 15 ms more (the engine's steps of at most 110 prefill tokens there ran 2 to 28
+ms past their prediction), 0.55 ms a prefill token, noise of 5%: a long prompt's chunks take
 several times the decodes' time, a short prompt's tokens about half of it."""
 
 
