@@ -35,9 +35,7 @@ device`` the plan works in completion time: it adds the host's share (``host_sha
 each predicted device time. The plan aims below the streams' objective, at half the late
 share it allows (``margin.planned_quantile``): ``q_D`` and ``m`` are tail quantiles at
 that aim, ``m`` times a proportional correction toward the same share of deadline-bound
-steps ending late (``margin.corrected``); for a step whose budget at the large steps' tail
-makes its increment at least twice the decodes' time, ``m`` is that tail's, learnt on such
-steps alone (``slack_model.LARGE_INCREMENT_SHARE``). Equations
+steps ending late (``margin.corrected``). Equations
 in docs/scheduler.md, "Deadline plan".
 """
 
@@ -340,9 +338,6 @@ class DeadlinePlan:
             decode_tail_s = decode_s * self.slack.decode_tail()
             slack_s = deadline_s - self._base_s(now_s) - host_s - decode_tail_s
             cap, attention = self.slack.budget_tokens(self._planned(slack_s), candidates, margin)
-            large = self._large_budget(slack_s, candidates, decode_s, margin)
-            if large is not None:
-                cap, attention, margin = large
             limit = self._limit_tokens()
             if cap > limit:
                 cap, attention = plan_prefill(candidates, limit)
@@ -445,28 +440,6 @@ class DeadlinePlan:
             self.num_knee_steps += 1
         self.num_zero_prefill_steps += cap == 0
         return Deadline(cap, deadline_s, margin, is_bound)
-
-    def _large_budget(
-        self,
-        slack_s: float,
-        candidates: Sequence[tuple[int, int]],
-        decode_s: float,
-        every_margin: float,
-    ) -> tuple[int, float, float] | None:
-        """The budget at the large steps' margin (``SlackModel.large_margin`` times the
-        correction), its token-context product and that margin, where that margin is under
-        ``every_margin`` (every ratio's) and the budget makes a large step
-        (``SlackModel.is_large``); else None, and the step is planned at ``every_margin``."""
-        large = self.slack.large_margin()
-        if large is None:
-            return None
-        margin = large * self.margin_correction
-        if margin >= every_margin:
-            return None
-        cap, attention = self.slack.budget_tokens(self._planned(slack_s), candidates, margin)
-        if not self.slack.is_large(self.slack.increment_s(cap, attention), decode_s):
-            return None
-        return cap, attention, margin
 
     def _planned(self, slack_s: float) -> float:
         """The part of ``slack_s`` the plan may fill: all but its ``delivery_share``, left

@@ -24,13 +24,7 @@ recent decode-only steps, the increment's (the margin ``m``, at least 1) that of
 ``(t - q_D * D) / I`` over the recent mixed steps whose increment is at least
 ``MIN_INCREMENT_SHARE`` of ``D`` (below it the errors of ``D``, not the increment's,
 set the ratio): so ``q_D * D + m * I`` bounds a ``q`` share of mixed steps, and the
-decodes' noise, which their own tail covers, is not counted twice. The ratios of the large
-steps, whose increment is at least ``LARGE_INCREMENT_SHARE`` of ``D``, have a window of
-their own as well (``large_margin``): the noise of the whole step is divided by its
-increment, so the ratios of small increments (a short prompt's last tokens) spread wider
-than those of a long prompt's chunks, and the margin they set would shrink every large
-step's budget as well. The plan takes the large steps' tail for a step that its budget
-at that tail makes large (``DeadlinePlan.plan``). A step beyond
+decodes' noise, which their own tail covers, is not counted twice. A step beyond
 ``OUTLIER_RATIO`` times its prediction is an outlier: counted, kept out of both tails
 and fits (no plan can meet it, and the tail would stay inflated for a whole window);
 from the ``OUTLIER_RUN``-th in a row they are the machine's new speed, and learnt by the
@@ -91,9 +85,6 @@ measured against would weigh ``FORGETTING ** 256``, under 1%. Where more than ev
 other such step gives a ratio, the window's ``TAIL_STEPS`` flush it sooner."""
 MIN_INCREMENT_SHARE = 0.25
 """The least increment (a share of the decode time) whose ratio the margin learns."""
-LARGE_INCREMENT_SHARE = 2.0
-"""The least increment (a share of the decode time) of a large step: its ratio also
-enters the large steps' tail (``large_margin``), which plans the steps this large."""
 OUTLIER_RATIO = 1.5
 """A step this many times its prediction is an outlier (see the module doc); slow steps
 below it that come often enough to matter raise the margin's correction instead."""
@@ -230,9 +221,6 @@ class SlackModel:
         """Steps with prefill observed or passed over: the clock the margin's ratios age by."""
         self._margin_ages: deque[int] = deque(maxlen=TAIL_STEPS)
         """``_num_prefill_steps`` when each ratio in the increment's tail came, oldest first."""
-        self._large_tail = SlidingWindow(TAIL_STEPS)
-        """The ratios of the large steps (``LARGE_INCREMENT_SHARE``), also in the tail."""
-        self._large_ages: deque[int] = deque(maxlen=TAIL_STEPS)
         self.num_outliers = 0
         self._outliers_in_a_row = 0
         self._chunks: deque[int] = deque(maxlen=TRUST_STEPS)
@@ -282,17 +270,6 @@ class SlackModel:
     def margin(self) -> float:
         """The increment's tail factor, at least 1."""
         return max(self._tail(self._increment_tail), 1.0)
-
-    def large_margin(self) -> float | None:
-        """The large steps' tail factor (``LARGE_INCREMENT_SHARE``), at least 1; None while
-        their window holds fewer than ``MIN_TAIL_SAMPLES`` ratios."""
-        if self._large_tail.size < MIN_TAIL_SAMPLES:
-            return None
-        return max(self._large_tail.quantile(self.quantile), 1.0)
-
-    def is_large(self, increment_s: float, decode_s: float) -> bool:
-        """Whether an increment beside ``decode_s`` of decodes makes a large step."""
-        return increment_s >= LARGE_INCREMENT_SHARE * decode_s
 
     def coefficients(self) -> tuple[float, ...] | None:
         """The fits in ``cost_model.StepCostModel.coefficients``' layout (decode-only and
@@ -361,12 +338,8 @@ class SlackModel:
         if self.is_ready and not is_small and decode_s > 0:
             # What the step took beyond the decodes' tail, per predicted increment: its
             # q quantile is the margin that keeps q_D * D + m * I above a q share of steps.
-            ratio = (seconds - decode_s * self.decode_tail()) / increment_s
-            self._increment_tail.add(ratio)
+            self._increment_tail.add((seconds - decode_s * self.decode_tail()) / increment_s)
             self._margin_ages.append(self._num_prefill_steps)
-            if self.is_large(increment_s, decode_s):
-                self._large_tail.add(ratio)
-                self._large_ages.append(self._num_prefill_steps)
         self._increment.update(x, seconds - decode_s)
         if self.is_ready and is_small:
             # NOTE: a small increment leaves the step mostly decodes: the decode time
@@ -377,14 +350,10 @@ class SlackModel:
         """A step with prefill went by, observed or not (a floor step, which the fits do
         not learn): the margin's ratios ``MARGIN_MAX_AGE`` such steps old leave its tail."""
         self._num_prefill_steps += 1
-        oldest = self._num_prefill_steps - MARGIN_MAX_AGE
-        for ages, tail in (
-            (self._margin_ages, self._increment_tail),
-            (self._large_ages, self._large_tail),
-        ):
-            while ages and ages[0] <= oldest:
-                ages.popleft()
-                tail.drop_oldest()
+        ages, oldest = self._margin_ages, self._num_prefill_steps - MARGIN_MAX_AGE
+        while ages and ages[0] <= oldest:
+            ages.popleft()
+            self._increment_tail.drop_oldest()
 
     def budget_tokens(
         self, slack_s: float, candidates: Sequence[tuple[int, int]], margin: float
