@@ -12,6 +12,9 @@
 # .venv/bin/python bench/results/episodes-shed-zen4/shed.py bench/results/episodes-every-condition-xeon-amx
 # .venv/bin/python bench/results/episodes-aimed-zen4/late.py bench/results/episodes-every-condition-xeon-amx
 # .venv/bin/python bench/results/episodes-paced-zen4/paced.py bench/results/episodes-every-condition-xeon-amx
+# The step logs, gateway log and progress log and the plots no document shows were dropped after the tables
+# were made (git checkout c3a64576 -- bench/results/episodes-every-condition-xeon-amx restores them); the
+# episode records stay.
 set -euo pipefail
 OUT=bench/results/episodes-every-condition-xeon-amx
 # shellcheck source=bench/lib.sh

@@ -13,6 +13,9 @@
 # (cd /work/before-wt && bench/results/episodes-large-tail-before-xeon-amx/run.sh)
 # Tables:
 # dlfp-gateway bench episodes --results bench/results/episodes-large-tail-before-xeon-amx
+# The step logs, gateway log and progress log and its plots were dropped after the tables
+# were made (git checkout c3a64576 -- bench/results/episodes-large-tail-before-xeon-amx restores them); the
+# episode records stay.
 set -euo pipefail
 OUT=bench/results/episodes-large-tail-before-xeon-amx
 # shellcheck source=bench/lib.sh

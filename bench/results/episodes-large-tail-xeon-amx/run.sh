@@ -13,6 +13,9 @@
 # dlfp-gateway bench episodes --results bench/results/episodes-large-tail-xeon-amx
 # .venv/bin/python bench/results/episodes-shed-zen4/shed.py bench/results/episodes-large-tail-xeon-amx
 # .venv/bin/python bench/results/episodes-aimed-zen4/late.py bench/results/episodes-large-tail-xeon-amx
+# The step logs, gateway log and progress log and its plots were dropped after the tables
+# were made (git checkout c3a64576 -- bench/results/episodes-large-tail-xeon-amx restores them); the
+# episode records stay.
 set -euo pipefail
 OUT=bench/results/episodes-large-tail-xeon-amx
 # shellcheck source=bench/lib.sh

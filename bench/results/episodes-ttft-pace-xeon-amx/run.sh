@@ -10,7 +10,7 @@
 # bench/results/episodes-ttft-pace-xeon-amx/run.sh. Resumes where it stopped.
 # The step logs, gateway log and progress log were dropped after paced.md, late.md and
 # served.md were made (git checkout 0b3d8aa6 -- bench/results/episodes-ttft-pace-xeon-amx
-# restores them); the episode records stay.
+# restores them); later its episode records (DROPPED.md).
 # Tables:
 # dlfp-gateway bench episodes --results bench/results/episodes-ttft-pace-xeon-amx
 # .venv/bin/python bench/results/episodes-shed-zen4/shed.py bench/results/episodes-ttft-pace-xeon-amx
