@@ -104,6 +104,13 @@ size_conditions() {  # size_conditions: an episodes script's conditions sized at
 print("\n".join(json.load(open(sys.argv[1]))["conditions"]))' "$OUT/conditions.json")
 }
 
+slo_check_off() {  # slo_check_off: admission's TTFT check off on the gateway at $PORT for the
+    # rest of its run, so that every arm serves the same arrivals; the answer in
+    # $OUT/logs/admission.json. Needs PORT, TOKEN and OUT.
+    curl -sf -X PATCH -H "Authorization: Bearer $TOKEN" -H "Content-Type: application/json" \
+        -d '{"slo_check": false}' "http://127.0.0.1:$PORT/admin/admission" > "$OUT/logs/admission.json"
+}
+
 run_episodes() {  # run_episodes CONDITIONS ARMS EPISODES: `bench episodes --conditions --only
     # CONDITIONS` on the gateway at $PORT into $OUT, its progress appended to
     # $OUT/logs/episodes-progress.log. Needs PY, PORT, TOKEN, TOK and OUT.

@@ -23,8 +23,7 @@ bench_defaults
 mkdir -p "$OUT"
 begin_gateway_run
 size_conditions
-curl -sf -X PATCH -H "Authorization: Bearer $TOKEN" -H "Content-Type: application/json" \
-    -d '{"slo_check": false}' "http://127.0.0.1:$PORT/admin/admission" > "$OUT/logs/admission.json"
+slo_check_off
 run_episodes "${CONDITIONS[4]}" fixed-8,fixed-16,dlfp-ct 8
 run_episodes "${CONDITIONS[2]}" fixed-16,fixed-32,fixed-64,dlfp-ct 8
 run_episodes "${CONDITIONS[3]}" fixed-16,fixed-32,fixed-64,dlfp-ct 8

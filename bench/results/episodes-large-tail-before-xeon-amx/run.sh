@@ -24,6 +24,7 @@ bench_defaults
 mkdir -p "$OUT"
 begin_gateway_run
 size_conditions
+# NOTE: not lib.sh's slo_check_off: the lib.sh of e8ec8122, which runs this, has none.
 curl -sf -X PATCH -H "Authorization: Bearer $TOKEN" -H "Content-Type: application/json" \
     -d '{"slo_check": false}' "http://127.0.0.1:$PORT/admin/admission" > "$OUT/logs/admission.json"
 run_episodes "${CONDITIONS[1]}" fixed-128,fixed-256,fixed-512,dlfp-ct 8

@@ -24,8 +24,7 @@ bench_defaults
 mkdir -p "$OUT"
 begin_gateway_run
 size_conditions
-curl -sf -X PATCH -H "Authorization: Bearer $TOKEN" -H "Content-Type: application/json" \
-    -d '{"slo_check": false}' "http://127.0.0.1:$PORT/admin/admission" > "$OUT/logs/admission.json"
+slo_check_off
 run_episodes "${CONDITIONS[1]}" fixed-128,fixed-256,fixed-512,dlfp-ct 16
 run_episodes "${CONDITIONS[0]}" fixed-128,fixed-256,fixed-512,dlfp-ct 16
 end_gateway_run

@@ -24,8 +24,7 @@ OUT=bench/results/episodes-tight-xeon-amx
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
 begin_episodes_run bench/results/episodes-aged-xeon-amx
-curl -sf -X PATCH -H "Authorization: Bearer $TOKEN" -H "Content-Type: application/json" \
-    -d '{"slo_check": false}' "http://127.0.0.1:$PORT/admin/admission" > "$OUT/logs/admission.json"
+slo_check_off
 run_episodes slo150-d2 fixed-16,fixed-32,fixed-64,dlfp-ct 8
 run_episodes slo150-d8 fixed-16,fixed-32,fixed-64,dlfp-ct 8
 run_episodes slo90-d8-thin fixed-8,fixed-16,dlfp-ct 8

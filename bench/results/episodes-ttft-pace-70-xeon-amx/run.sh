@@ -34,7 +34,6 @@ open(sys.argv[2], "w").write(json.dumps(found, indent=2) + "\n")' \
         "$SIBLING/conditions.json" "$OUT/conditions.json"
 fi
 begin_gateway_run
-curl -sf -X PATCH -H "Authorization: Bearer $TOKEN" -H "Content-Type: application/json" \
-    -d '{"slo_check": false}' "http://127.0.0.1:$PORT/admin/admission" > "$OUT/logs/admission.json"
+slo_check_off
 run_episodes slo70-d8-thin fixed-8,fixed-16,dlfp-ct 8
 end_gateway_run
