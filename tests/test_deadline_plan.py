@@ -114,10 +114,13 @@ def test_deadline_plan_meets_deadlines_where_target_plan_does_not(seed: int) -> 
     assert deadline.prefill_tokens_per_s >= target.prefill_tokens_per_s, (deadline, target)
 
 
-def test_noise_free_prefitted_plan_never_ends_a_mixed_step_late() -> None:
+def test_noise_free_prefitted_plan_ends_at_most_its_aimed_share_of_mixed_steps_late() -> None:
+    """On a plant it predicts exactly, the plan's tails cover nothing; the margin's
+    correction then goes below 1 until steps end late, and holds them at the share it aims
+    at (half the 1% the streams' 0.99 quantile objective allows), not more."""
     served = serve(PARAMS, plant=replace(PLANT, noise=0.0), slow_down_at=None, prefit=True)
     assert served.num_mixed > 1000
-    assert served.num_mixed_late == 0, served
+    assert served.num_mixed_late <= 0.005 * served.num_mixed, served
 
 
 def test_cost_model_follows_a_2x_speed_change_within_32_mixed_steps() -> None:

@@ -327,10 +327,13 @@ def serve_with_host(host_s: float, num_steps: int = 300) -> Served:
 def test_deadline_plan_adds_the_host_share_to_the_device_prediction() -> None:
     slow_host = serve_with_host(0.150)
     assert slow_host.controller.state.host_share_ms == pytest.approx(150.0)
-    assert slow_host.num_mixed > 200 and slow_host.num_late == 0, slow_host
+    # At most the plan's aim (0.5%) late: its margin's correction goes below 1 where
+    # nothing ends late, as on this exact plant; without the host's share every step would.
+    assert slow_host.num_mixed > 200
+    assert slow_host.num_late <= 0.005 * slow_host.num_mixed + 1, slow_host
     fast_host = serve_with_host(0.0)
     assert fast_host.controller.state.host_share_ms == pytest.approx(0.0, abs=1e-6)
-    assert fast_host.num_late == 0, fast_host
+    assert fast_host.num_late <= 0.005 * fast_host.num_mixed + 1, fast_host
     # Same model, same deadlines: the host's 150 ms comes out of the prefill.
     assert slow_host.num_prefill_tokens < 0.8 * fast_host.num_prefill_tokens, (slow_host, fast_host)
 

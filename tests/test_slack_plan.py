@@ -504,6 +504,76 @@ def test_the_plan_leaves_the_delivery_share_of_the_slack() -> None:
     assert half == pytest.approx(whole / 2, abs=2)
 
 
+def _bound_steps(
+    controller: PrefillCapController, clock: FakeClock, num_steps: int
+) -> tuple[list[int], list[bool]]:
+    """``num_steps`` steps of ``_fitted_controller``'s plant, exact, each after the one
+    before gave every stream a token: their caps, and whether each ended late."""
+    caps, late = [], []
+    for _ in range(num_steps):
+        step = controller._timeline.num_steps
+        cap = controller.on_schedule(
+            2, candidates=[(0, 10**6)], decode_context_tokens=1000, oldest_token_step=step - 1
+        )
+        assert cap is not None
+        controller.on_scheduled(cap, 2, shape=StepShape(2, 1000, cap, 0.0))
+        clock.advance(0.040 + cap * 0.001)
+        record = controller.on_step_done()
+        assert record is not None
+        caps.append(cap)
+        late.append(record.deadline_slack_ms() < 0)  # type: ignore[operator]
+    return caps, late
+
+
+def _over_covered(monkeypatch: pytest.MonkeyPatch | None = None) -> tuple[list[int], list[bool]]:
+    """At 110 ms with 2 streams of 40 ms decodes, one decode-only step at 1.375 times its
+    time sets the decodes' tail for as long as no 128 others come, as while prefills wait:
+    every step the deadline sizes (the knee takes a token or two) ends some 20 ms early."""
+    controller, clock = _fitted_controller(itl_slo_ms=110.0, step_rate_loss=0.02)
+    controller._deadline_plan.slack.observe(StepShape(2, 1000), 0.055)
+    return _bound_steps(controller, clock, 600)
+
+
+def test_the_correction_takes_back_a_decode_tail_set_by_one_slow_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every step ends within its deadline, so the margin's correction goes below 1 and the
+    steps grow until a few end late, each of which raises it by about 10%: at most the 0.5%
+    the plan aims at. Held at 1 or more (the control), or with the knee's steps not
+    counted as ones the deadline sized (a second control), the steps stay where they
+    started."""
+    caps, late = _over_covered()
+    assert caps[-1] >= 1.2 * caps[0], (caps[0], caps[-1])
+    assert sum(late) <= 0.005 * len(late) + 1, sum(late)
+    with monkeypatch.context() as patch:
+        patch.setattr("engine_worker.controller.margin.MIN_CORRECTION", 1.0)
+        held, held_late = _over_covered()
+    assert held[-1] <= held[0] + 1 and not any(held_late), (held[0], held[-1])
+    monkeypatch.setattr("engine_worker.controller.deadline_plan.KNEE_BOUND_SHARE", 2.0)
+    uncounted, _ = _over_covered()
+    assert uncounted[-1] <= uncounted[0] + 1, (uncounted[0], uncounted[-1])
+
+
+def test_a_floor_step_the_fits_predicted_lets_the_trust_bound_grow() -> None:
+    """Floor steps teach the fits nothing, but one that ends within the outlier ratio of its
+    prediction is a size they predict: the trust bound grows on it as on a step the slack
+    sized, so floor steps paced to TTFT deadlines are not held at twice the last steps the
+    slack sized. One far over its prediction (an outlier) does not move it."""
+    controller, _ = _fitted_controller()
+    slack = controller._deadline_plan.slack
+
+    def chunk(tokens: int) -> StepShape:
+        return StepShape(2, 1000, tokens, 0.0)
+
+    for size in (4, 9, 6, 8, 9, 5, 7, 9) * 8:
+        slack.observe(chunk(size), 0.040 + size * 0.001)
+    assert slack.trusted_tokens(8) == 18
+    slack.observe_floor(chunk(18), 0.040 + 18 * 0.001)
+    assert slack.trusted_tokens(8) == 36
+    slack.observe_floor(chunk(40), 3 * (0.040 + 40 * 0.001))
+    assert slack.trusted_tokens(8) == 36
+
+
 def _rate(tokens: int) -> float:
     """Prefill tokens a second of a step of ``tokens`` on ``_fitted_controller``'s plant."""
     return tokens / (0.040 + tokens * 0.001)

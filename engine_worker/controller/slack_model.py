@@ -346,6 +346,21 @@ class SlackModel:
             # follows the machine even while every step carries prefill.
             self._decode.update(_decode_features(shape), seconds - increment_s)
 
+    def observe_floor(self, shape: StepShape, seconds: float) -> None:
+        """A completed floor step, which the fits do not learn (``step_events``): it ages
+        the margin's ratios (``pass_over``), and where it ended within ``OUTLIER_RATIO``
+        of its prediction its size is one the fits predict, so the trust bound
+        (``trusted_tokens``) grows on it as on any other. Without that, a run of floor
+        steps held the bound at twice the last steps the slack sized: a floor paced to the
+        prompts' TTFT deadlines was held at 18 tokens a step while their deadlines needed
+        more, and a prompt came past its objective (docs/results.md)."""
+        self.pass_over()
+        if not shape.num_decode_tokens or not math.isfinite(seconds) or seconds <= 0:
+            return
+        predicted_s = self.predict_s(shape)
+        if predicted_s is not None and not self.is_outlier(predicted_s, seconds):
+            self._chunks.append(shape.num_prefill_tokens)
+
     def pass_over(self) -> None:
         """A step with prefill went by, observed or not (a floor step, which the fits do
         not learn): the margin's ratios ``MARGIN_MAX_AGE`` such steps old leave its tail."""

@@ -8,6 +8,7 @@ holds the state they read and its settings; this is its per-step half.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -221,8 +222,15 @@ class StepEvents:
         if observed_s is not None and record.shape is not None and not record.is_floor:
             # The model predicts the same quantity the feedback law corrects.
             self.observe_model(record.shape, observed_s)
-        elif record.is_floor and self._params.plans_deadlines and record.num_prefill_tokens:
-            self._deadline_plan.slack.pass_over()  # the margin's ratios age by it all the same
+        elif (
+            record.is_floor
+            and self._params.plans_deadlines
+            and record.num_prefill_tokens
+            and record.shape is not None
+        ):
+            # The margin's ratios age by it all the same, and its size, where the fits
+            # predicted it, is one they are trusted for.
+            self._deadline_plan.slack.observe_floor(record.shape, observed_s or math.nan)
         if self._params.controller == ControllerMode.DLFP_CT:
             self._observe(record, observed_s)
         return record
