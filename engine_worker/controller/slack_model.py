@@ -39,7 +39,8 @@ nothing is an outlier: every decode-only step enters the decodes' tail.
 
 The fits are trusted only near the sizes they predict: a step with decodes carries at
 most ``TRUST_GROWTH`` times the largest prefill of the last ``TRUST_STEPS`` such steps
-that were not outliers (``trusted_tokens``). With decode counts that barely vary, the
+that were not outliers (``trusted_tokens``), floor steps among them, which the fits do
+not learn (``observe_floor``). With decode counts that barely vary, the
 decode fit's intercept and per-decode slope are not both identified, and a new count
 can move ``D`` far off; the increment, fitted on ``t - D``, then follows it to the floor
 of its rates, where every token fits the slack. The bound turns such a collapse into
