@@ -13,6 +13,9 @@
 # .venv/bin/python bench/results/episodes-shed-zen4/shed.py bench/results/episodes-corrected-xeon-amx
 # .venv/bin/python bench/results/episodes-aimed-zen4/late.py bench/results/episodes-corrected-xeon-amx
 # .venv/bin/python bench/results/episodes-paced-zen4/paced.py bench/results/episodes-corrected-xeon-amx
+# The step logs, gateway log and the short/long plots were dropped after the tables were
+# made (git checkout 3258798b -- bench/results/episodes-corrected-xeon-amx restores them);
+# the episode records stay.
 set -euo pipefail
 OUT=bench/results/episodes-corrected-xeon-amx
 # shellcheck source=bench/lib.sh

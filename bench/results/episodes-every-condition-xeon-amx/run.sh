@@ -14,7 +14,7 @@
 # .venv/bin/python bench/results/episodes-paced-zen4/paced.py bench/results/episodes-every-condition-xeon-amx
 # The step logs, gateway log and progress log and the plots no document shows were dropped after the tables
 # were made (git checkout c3a64576 -- bench/results/episodes-every-condition-xeon-amx restores them); the
-# episode records stay.
+# episode records were dropped later (DROPPED.md).
 set -euo pipefail
 OUT=bench/results/episodes-every-condition-xeon-amx
 # shellcheck source=bench/lib.sh
