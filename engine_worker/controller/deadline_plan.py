@@ -443,7 +443,7 @@ class DeadlinePlan:
             # A step the knee cut by little is still one the deadline sized: it feeds
             # the margin's correction (``observe``). Judged by the deadline-bound steps
             # the knee left alone, the correction saw 5 of 1,091 mixed steps at 110 ms
-            # with 2 streams on the AMX Xeon, and only rose (docs/results.md).
+            # with 2 streams on the AMX Xeon (docs/scheduler.md, "kappa").
             is_bound = is_bound and margin * self.slack.increment_s(
                 knee, plan_prefill(candidates, knee)[1]
             ) >= KNEE_BOUND_SHARE * self._planned(slack_s)

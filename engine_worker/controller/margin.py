@@ -29,8 +29,8 @@ fast; each step within its deadline takes back ``gain * CORRECTION_STEP * r*``
 takes back what the tails over-cover: on the AMX Xeon at 110 ms with 2 streams, with
 the correction held at 1 or more, 2 of 1,433 deadline steps ended late
 (docs/results.md). ``MIN_CORRECTION`` keeps the increment's envelope at least half the
-margin's where no step has ended late for a long while (a plant the model predicts
-exactly: there ``k`` stays within a step of 1, each dip below it a late step).
+margin's where no step has ended late for a long while. On a plant the model predicts
+exactly, ``k`` goes below 1 until steps end late, and holds them at the aimed share.
 """
 
 from __future__ import annotations
