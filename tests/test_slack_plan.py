@@ -525,7 +525,7 @@ def _bound_steps(
     return caps, late
 
 
-def _over_covered(monkeypatch: pytest.MonkeyPatch | None = None) -> tuple[list[int], list[bool]]:
+def _over_covered() -> tuple[list[int], list[bool]]:
     """At 110 ms with 2 streams of 40 ms decodes, one decode-only step at 1.375 times its
     time sets the decodes' tail for as long as no 128 others come, as while prefills wait:
     every step the deadline sizes (the knee takes a token or two) ends some 20 ms early."""

@@ -316,9 +316,7 @@ class SlackModel:
         increment_s = self.increment_s(num_prefill, shape.attention_tokens2)
         # predict_s's, from the parts at hand
         predicted_s = decode_s + increment_s if self.is_ready else None
-        is_outlier = self.is_outlier(predicted_s, seconds)
-        if num_prefill and shape.num_decode_tokens and not is_outlier:
-            self._chunks.append(num_prefill)  # a size the fits predict
+        is_outlier = self._trust_size(shape, predicted_s, seconds)
         if is_outlier:
             self._outliers_in_a_row += 1
             if self._outliers_in_a_row < OUTLIER_RUN:
@@ -347,20 +345,30 @@ class SlackModel:
             # follows the machine even while every step carries prefill.
             self._decode.update(_decode_features(shape), seconds - increment_s)
 
-    def observe_floor(self, shape: StepShape, seconds: float) -> None:
-        """A completed floor step, which the fits do not learn (``step_events``): it ages
-        the margin's ratios (``pass_over``), and where it ended within ``OUTLIER_RATIO``
-        of its prediction its size is one the fits predict, so the trust bound
-        (``trusted_tokens``) grows on it as on any other. Without that, a run of floor
-        steps held the bound at twice the last steps the slack sized: a floor paced to the
-        prompts' TTFT deadlines was held at 18 tokens a step while their deadlines needed
-        more, and a prompt came past its objective (docs/results.md)."""
+    def observe_floor(self, shape: StepShape, seconds: float | None) -> None:
+        """A completed floor step (``seconds``: None where it was not timed), which the fits
+        do not learn (``step_events``): it ages the margin's ratios (``pass_over``), and
+        where it ended within ``OUTLIER_RATIO`` of its prediction its size is one the fits
+        predict, so the trust bound (``trusted_tokens``) grows on it as on any other.
+        Without that, a run of floor steps held the bound at twice the last steps the slack
+        sized: a floor paced to the prompts' TTFT deadlines was held at 18 tokens a step
+        while their deadlines needed more, and a prompt came past its objective
+        (docs/results.md)."""
         self.pass_over()
-        if not shape.num_decode_tokens or not math.isfinite(seconds) or seconds <= 0:
+        if seconds is None or not math.isfinite(seconds) or seconds <= 0:
             return
         predicted_s = self.predict_s(shape)
-        if predicted_s is not None and not self.is_outlier(predicted_s, seconds):
+        if predicted_s is not None:
+            self._trust_size(shape, predicted_s, seconds)
+
+    def _trust_size(self, shape: StepShape, predicted_s: float | None, seconds: float) -> bool:
+        """Whether a completed step is an outlier; one with decodes and prefill that is not
+        has a size the fits predict, which the trust bound is taken from
+        (``trusted_tokens``)."""
+        is_outlier = self.is_outlier(predicted_s, seconds)
+        if shape.num_prefill_tokens and shape.num_decode_tokens and not is_outlier:
             self._chunks.append(shape.num_prefill_tokens)
+        return is_outlier
 
     def pass_over(self) -> None:
         """A step with prefill went by, observed or not (a floor step, which the fits do

@@ -8,7 +8,6 @@ holds the state they read and its settings; this is its per-step half.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -230,7 +229,7 @@ class StepEvents:
         ):
             # The margin's ratios age by it all the same, and its size, where the fits
             # predicted it, is one they are trusted for.
-            self._deadline_plan.slack.observe_floor(record.shape, observed_s or math.nan)
+            self._deadline_plan.slack.observe_floor(record.shape, observed_s)
         if self._params.controller == ControllerMode.DLFP_CT:
             self._observe(record, observed_s)
         return record
